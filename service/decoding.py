@@ -1,0 +1,475 @@
+"""The decoding engine: onnxruntime sessions, greedy and beam search, continuous batching.
+
+Public surface, as small as CTranslate2's::
+
+    engine = Engine("models/en-de")
+    engine.translate(["Hello world."], beam_size=4, num_hypotheses=2)
+
+Underneath, a ``DecodeBatch`` holds the rows being decoded together. Sentences join it between
+steps (their encoder runs once, its cross-attention keys/values are padded into the batch) and
+leave it the step they finish, which is what the service's scheduler builds on. ``translate``
+uses the same machinery, so offline and served decoding cannot drift apart.
+
+Cache layout: the self-attention cache grows by one column per step for every row. A row that
+joined late has masked (invalid) columns before its first token, so each row's valid entries
+form a suffix of the cache; leading columns no row uses are trimmed when rows leave.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import sentencepiece as spm
+
+from service.bundle import Bundle, BundleError, load_bundle
+
+NEG_INF = -1e30
+
+
+class SourceTooLong(ValueError):
+    """A sentence needs more source positions than the model has; split it first."""
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    beam_size: int = 1
+    length_penalty: float = 1.0  # score = log P / length ** length_penalty
+    max_length: int = 256  # absolute cap on generated target tokens
+    max_length_ratio: float = 2.0  # and at most ratio * source tokens + 10
+    num_hypotheses: int = 1  # n-best, at most beam_size
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            raise ValueError(
+                f"num_hypotheses must be between 1 and beam_size={self.beam_size}, "
+                f"got {self.num_hypotheses}"
+            )
+        if self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        if self.max_length_ratio <= 0:
+            raise ValueError(f"max_length_ratio must be > 0, got {self.max_length_ratio}")
+
+
+@dataclass
+class Hypothesis:
+    text: str
+    token_ids: list[int]
+    tokens: list[str]
+    score: float
+
+
+@dataclass
+class Translation:
+    hypotheses: list[Hypothesis]  # best first
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text
+
+    @property
+    def score(self) -> float:
+        return self.hypotheses[0].score
+
+
+@dataclass
+class _Sentence:
+    """One sentence in flight: its rows are ``beam_size`` consecutive rows of the batch."""
+
+    key: Hashable
+    source_ids: list[int]
+    options: DecodeOptions
+    max_new: int
+    scores: np.ndarray  # cumulative log-prob per beam
+    prefixes: list[list[int]]  # generated ids per beam
+    finished: list[tuple[float, list[int]]] = field(default_factory=list)
+    steps: int = 0
+
+    @property
+    def width(self) -> int:
+        return self.options.beam_size
+
+
+def _pad_axis(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    if array.shape[axis] >= size:
+        return array
+    pad = [(0, 0)] * array.ndim
+    pad[axis] = (0, size - array.shape[axis])
+    return np.pad(array, pad)
+
+
+class Engine:
+    """Loads a bundle into onnxruntime and translates sentences with it."""
+
+    def __init__(
+        self,
+        bundle_dir: str | Path,
+        device: str = "auto",
+        threads: int = 0,
+        variant: str | None = None,
+    ):
+        self.bundle: Bundle = load_bundle(bundle_dir)
+        self.tokenizer = spm.SentencePieceProcessor(model_file=str(self.bundle.tokenizer_path))
+        ids = self.bundle.special_ids
+        self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
+        if self.tokenizer.pad_id() != self.pad_id or self.tokenizer.eos_id() != self.eos_id:
+            raise BundleError(f"{self.bundle.tokenizer_path}: special ids differ from the manifest")
+        self.max_source_tokens = self.bundle.max_positions
+        self.providers = self._providers(device)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        encoder_path, decoder_path = self.bundle.graph_paths(variant)
+        self.variant = variant or self.bundle.manifest["default_variant"]
+        self.encoder = ort.InferenceSession(str(encoder_path), options, providers=self.providers)
+        self.decoder = ort.InferenceSession(str(decoder_path), options, providers=self.providers)
+        model = self.bundle.manifest["model"]
+        self.layers, self.heads = model["decoder_layers"], model["heads"]
+        self.head_dim = model["head_dim"]
+
+    @staticmethod
+    def _providers(device: str) -> list[str]:
+        available = ort.get_available_providers()
+        if device == "cpu":
+            return ["CPUExecutionProvider"]
+        if device in ("cuda", "auto") and "CUDAExecutionProvider" in available:
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        if device == "cuda":
+            raise RuntimeError(
+                "DEVICE=cuda but onnxruntime has no CUDAExecutionProvider "
+                f"(available: {available}); install onnxruntime-gpu"
+            )
+        if device != "auto":
+            raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+        return ["CPUExecutionProvider"]
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
+
+    def tokenize(self, sentence: str) -> list[int]:
+        """Source ids of ``sentence`` followed by EOS."""
+        return [*self.tokenizer.encode(sentence), self.eos_id]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def new_batch(self) -> DecodeBatch:
+        return DecodeBatch(self)
+
+    def translate(
+        self, sentences: Sequence[str], max_batch_rows: int = 64, **options
+    ) -> list[Translation]:
+        """Translate ``sentences`` (each already a single sentence) with ``DecodeOptions``
+        fields as keyword options. Raises ``SourceTooLong`` for a sentence over the model's
+        positions rather than cutting it."""
+        unknown = set(options) - {f.name for f in fields(DecodeOptions)}
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        decode_options = DecodeOptions(**options)
+        sources = [self.tokenize(s) for s in sentences]
+        for index, ids in enumerate(sources):
+            if len(ids) > self.max_source_tokens:
+                raise SourceTooLong(
+                    f"sentence {index} has {len(ids)} tokens; the model "
+                    f"accepts at most {self.max_source_tokens}"
+                )
+        # Longest first keeps the padded batch tight as rows retire; results go back in order.
+        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+        results: dict[int, Translation] = {}
+        batch = self.new_batch()
+        pending = list(reversed(order))
+        while pending or len(batch):
+            while pending and batch.num_rows + decode_options.beam_size <= max(
+                max_batch_rows, decode_options.beam_size
+            ):
+                index = pending.pop()
+                batch.add(index, sources[index], decode_options)
+            for key, translation in batch.step():
+                results[key] = translation
+        return [results[i] for i in range(len(sources))]
+
+    # -- the two graphs -------------------------------------------------------------------------
+    def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
+
+    def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        return tuple(self.decoder.run(None, feeds))
+
+
+class DecodeBatch:
+    """Rows decoded together. ``add`` queues a sentence (encoded at the next step), ``step``
+    runs one decoder step for every row and returns the sentences that finished."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.sentences: list[_Sentence] = []
+        self.waiting: list[_Sentence] = []
+        e = engine
+        self.cross_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
+        self.cross_values = self.cross_keys
+        self.src_mask = np.zeros((0, 0), bool)
+        self.self_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
+        self.self_values = self.self_keys
+        self.self_mask = np.zeros((0, 0), bool)
+        self.tokens = np.zeros(0, np.int64)
+        self.positions = np.zeros(0, np.int64)
+        self.steps = 0  # decoder steps run, for metrics
+
+    def __len__(self) -> int:
+        return len(self.sentences) + len(self.waiting)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(s.width for s in self.sentences) + sum(s.width for s in self.waiting)
+
+    @property
+    def num_tokens(self) -> int:
+        """Source plus cache tokens held per row, the memory and compute a step touches."""
+        return self.num_rows * (self.src_mask.shape[1] + self.self_mask.shape[1] + 1)
+
+    def add(self, key: Hashable, source_ids: list[int], options: DecodeOptions) -> None:
+        e = self.engine
+        if not source_ids or source_ids[-1] != e.eos_id:
+            raise ValueError("source_ids must end with EOS (use Engine.tokenize)")
+        if len(source_ids) > e.max_source_tokens:
+            raise SourceTooLong(
+                f"{len(source_ids)} source tokens; the model accepts at most {e.max_source_tokens}"
+            )
+        max_new = min(
+            options.max_length,
+            int(options.max_length_ratio * len(source_ids)) + 10,
+            e.bundle.max_positions - 1,
+        )
+        scores = np.full(options.beam_size, NEG_INF, np.float64)
+        scores[0] = 0.0  # all beams start identical: only one may expand at the first step
+        self.waiting.append(
+            _Sentence(
+                key, source_ids, options, max_new, scores, [[] for _ in range(options.beam_size)]
+            )
+        )
+
+    def remove(self, key: Hashable) -> None:
+        self.waiting = [s for s in self.waiting if s.key != key]
+        if any(s.key == key for s in self.sentences):
+            self._keep([s for s in self.sentences if s.key != key], None)
+
+    # -- one step ---------------------------------------------------------------------------------
+    def step(self) -> list[tuple[Hashable, Translation]]:
+        if self.waiting:
+            self._admit()
+        if not self.sentences:
+            return []
+        rows = len(self.tokens)
+        self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), bool)], axis=1)
+        log_probs, new_keys, new_values = self.engine.run_decoder(
+            {
+                "tokens": self.tokens,
+                "positions": self.positions,
+                "self_keys": self.self_keys,
+                "self_values": self.self_values,
+                "self_mask": self_mask,
+                "cross_keys": self.cross_keys,
+                "cross_values": self.cross_values,
+                "src_mask": self.src_mask,
+            }
+        )
+        self.steps += 1
+        self.self_keys = np.concatenate([self.self_keys, new_keys], axis=3)
+        self.self_values = np.concatenate([self.self_values, new_values], axis=3)
+        self.self_mask = self_mask
+
+        order: list[int] = []  # rows of the next step, as indices into this step's rows
+        next_tokens: list[int] = []
+        survivors: list[_Sentence] = []
+        done: list[tuple[Hashable, Translation]] = []
+        row = 0
+        for sentence in self.sentences:
+            width = sentence.width
+            block = log_probs[row : row + width]
+            if width == 1:
+                parents, tokens = self._greedy(sentence, block)
+            else:
+                parents, tokens = self._beam(sentence, block)
+            if parents is None:
+                done.append((sentence.key, self._result(sentence)))
+            else:
+                survivors.append(sentence)
+                order.extend(row + p for p in parents)
+                next_tokens.extend(tokens)
+            row += width
+        self._keep(survivors, (np.asarray(order, np.int64), np.asarray(next_tokens, np.int64)))
+        return done
+
+    def _greedy(self, sentence: _Sentence, log_probs: np.ndarray):
+        token = int(log_probs[0].argmax())
+        sentence.steps += 1
+        sentence.scores[0] += float(log_probs[0, token])
+        if token == self.engine.eos_id:
+            sentence.finished.append((sentence.scores[0], sentence.prefixes[0]))
+            return None, None
+        sentence.prefixes[0] = [*sentence.prefixes[0], token]
+        if sentence.steps >= sentence.max_new:
+            sentence.finished.append((sentence.scores[0], sentence.prefixes[0]))
+            return None, None
+        return [0], [token]
+
+    def _normalised(self, score: float, length: int, options: DecodeOptions) -> float:
+        return score / (max(length, 1) ** options.length_penalty)
+
+    def _beam(self, sentence: _Sentence, log_probs: np.ndarray):
+        """One step of beam search for one sentence: keep the ``beam_size`` best continuations,
+        set aside hypotheses that end in EOS."""
+        width = sentence.width
+        eos = self.engine.eos_id
+        sentence.steps += 1
+        candidates = sentence.scores[:, None] + log_probs.astype(np.float64)
+        flat = candidates.ravel()
+        count = min(2 * width, flat.size - 1)
+        top = np.argpartition(-flat, count)[:count]
+        top = top[np.argsort(-flat[top], kind="stable")]
+        parents, tokens, scores, prefixes = [], [], [], []
+        vocab = log_probs.shape[1]
+        for index in top:
+            beam, token = divmod(int(index), vocab)
+            score = float(flat[index])
+            if score <= NEG_INF / 2:
+                break
+            if token == eos:
+                sentence.finished.append((score, sentence.prefixes[beam]))
+                continue
+            parents.append(beam)
+            tokens.append(token)
+            scores.append(score)
+            prefixes.append([*sentence.prefixes[beam], token])
+            if len(parents) == width:
+                break
+        at_limit = sentence.steps >= sentence.max_new
+        if at_limit:
+            sentence.finished.extend(zip(scores, prefixes, strict=True))
+        if at_limit or not parents or self._beam_done(sentence, scores):
+            return None, None
+        while len(parents) < width:  # keep the block's width; dead rows never win
+            parents.append(parents[0])
+            tokens.append(tokens[0])
+            scores.append(NEG_INF)
+            prefixes.append(prefixes[0])
+        sentence.scores = np.asarray(scores, np.float64)
+        sentence.prefixes = prefixes
+        return parents, tokens
+
+    def _beam_done(self, sentence: _Sentence, active_scores: list[float]) -> bool:
+        """Stop once enough hypotheses finished and no active beam can still beat the worst
+        of the n-best kept (log-probs only fall, so an active beam's best is its score now
+        normalised at the longest length still allowed, or now when the penalty shrinks it)."""
+        options = sentence.options
+        if len(sentence.finished) >= sentence.width:
+            return True
+        if len(sentence.finished) < options.num_hypotheses:
+            return False
+        kept = sorted(
+            (self._normalised(s, len(p) + 1, options) for s, p in sentence.finished), reverse=True
+        )[: options.num_hypotheses]
+        length = sentence.max_new + 1 if options.length_penalty > 0 else sentence.steps + 1
+        best_active = self._normalised(max(active_scores), length, options)
+        return best_active < kept[-1]
+
+    def _result(self, sentence: _Sentence) -> Translation:
+        options = sentence.options
+        eos = self.engine.eos_id
+        ranked = []
+        for score, prefix in sentence.finished:
+            length = len(prefix) + 1 if len(prefix) < sentence.max_new else len(prefix)
+            ranked.append((self._normalised(score, length, options), prefix))
+        ranked.sort(key=lambda item: -item[0])
+        hypotheses = []
+        for score, prefix in ranked[: options.num_hypotheses]:
+            ids = [t for t in prefix if t != eos]
+            hypotheses.append(
+                Hypothesis(
+                    text=self.engine.detokenize(ids),
+                    token_ids=ids,
+                    tokens=[self.engine.tokenizer.id_to_piece(t) for t in ids],
+                    score=float(score) if math.isfinite(score) else float("-inf"),
+                )
+            )
+        return Translation(hypotheses)
+
+    # -- batch bookkeeping ----------------------------------------------------------------------
+    def _keep(self, sentences: list[_Sentence], update) -> None:
+        """Keep only ``sentences``' rows. ``update`` = (row order, next tokens) after a step,
+        or None when removing a sentence outside a step (rows keep their tokens)."""
+        if update is None:
+            order_list, row = [], 0
+            keep = {id(s) for s in sentences}
+            for sentence in self.sentences:
+                if id(sentence) in keep:
+                    order_list.extend(range(row, row + sentence.width))
+                row += sentence.width
+            order = np.asarray(order_list, np.int64)
+            tokens = self.tokens[order]
+            positions = self.positions[order]
+        else:
+            order, tokens = update
+            positions = self.positions[order] + 1
+        self.sentences = sentences
+        self.tokens, self.positions = tokens, positions
+        self.self_mask = self.self_mask[order]
+        self.src_mask = self.src_mask[order]
+        # Trim cache columns and source positions that no remaining row uses.
+        if len(order):
+            first = int(self.self_mask.any(axis=0).argmax())
+            src_len = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1
+        else:
+            first, src_len = self.self_mask.shape[1], 0
+        self.self_mask = self.self_mask[:, first:]
+        self.src_mask = self.src_mask[:, :src_len]
+        self.self_keys = np.ascontiguousarray(self.self_keys[:, order, :, first:])
+        self.self_values = np.ascontiguousarray(self.self_values[:, order, :, first:])
+        self.cross_keys = np.ascontiguousarray(self.cross_keys[:, order, :, :src_len])
+        self.cross_values = np.ascontiguousarray(self.cross_values[:, order, :, :src_len])
+
+    def _admit(self) -> None:
+        """Encode the waiting sentences in one batch and merge them into the running rows."""
+        e = self.engine
+        new, self.waiting = self.waiting, []
+        src_len = max(len(s.source_ids) for s in new)
+        src = np.full((len(new), src_len), e.pad_id, np.int64)
+        for i, sentence in enumerate(new):
+            src[i, : len(sentence.source_ids)] = sentence.source_ids
+        cross_keys, cross_values, src_mask = e.run_encoder(src)
+        # Each sentence gets beam_size identical rows.
+        repeat = np.asarray([s.width for s in new])
+        cross_keys = np.repeat(cross_keys, repeat, axis=1)
+        cross_values = np.repeat(cross_values, repeat, axis=1)
+        src_mask = np.repeat(src_mask, repeat, axis=0)
+        rows = int(repeat.sum())
+        width = max(src_len, self.src_mask.shape[1])
+        self.cross_keys = np.concatenate(
+            [_pad_axis(self.cross_keys, 3, width), _pad_axis(cross_keys, 3, width)], axis=1
+        )
+        self.cross_values = np.concatenate(
+            [_pad_axis(self.cross_values, 3, width), _pad_axis(cross_values, 3, width)], axis=1
+        )
+        self.src_mask = np.concatenate(
+            [_pad_axis(self.src_mask, 1, width), _pad_axis(src_mask, 1, width)], axis=0
+        )
+        # New rows see none of the existing cache columns: their history starts now.
+        past = self.self_mask.shape[1]
+        e_shape = (e.layers, rows, e.heads, past, e.head_dim)
+        self.self_keys = np.concatenate([self.self_keys, np.zeros(e_shape, np.float32)], axis=1)
+        self.self_values = np.concatenate([self.self_values, np.zeros(e_shape, np.float32)], axis=1)
+        self.self_mask = np.concatenate([self.self_mask, np.zeros((rows, past), bool)], axis=0)
+        self.tokens = np.concatenate([self.tokens, np.full(rows, e.bos_id, np.int64)])
+        self.positions = np.concatenate([self.positions, np.zeros(rows, np.int64)])
+        self.sentences.extend(new)

@@ -1,0 +1,193 @@
+"""Configuration as plain dataclasses, loaded from one TOML file with command-line overrides.
+
+A config file has the sections ``[data]``, ``[vocab]``, ``[model]`` and ``[train]``; every field
+below can be set there or overridden on the command line as ``--set train.max_steps=100``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Special token ids are fixed so that every bundle and every piece of code agrees on them.
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+@dataclass
+class SourceFile:
+    """One parallel-text source: a TSV file (``src<TAB>tgt``) or a Moses prefix (``x`` for
+    ``x.en`` + ``x.de``); plain, ``.gz`` or ``.xz``. ``weight`` up- or down-samples it."""
+
+    path: str
+    weight: float = 1.0
+
+
+@dataclass
+class FilterConfig:
+    min_tokens: int = 1  # whitespace tokens, per side
+    max_tokens: int = 120
+    max_ratio: float = 3.0  # longer side / shorter side, in characters (+1 smoothing)
+    drop_source_equals_target: bool = True
+    dedupe: bool = True  # exact and normalised (case, punctuation, digits folded) duplicates
+
+
+@dataclass
+class DataConfig:
+    sources: list[SourceFile] = field(default_factory=list)
+    source_lang: str = "en"
+    target_lang: str = "de"
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    dev_size: int = 2000
+    test_size: int = 2000
+    seed: int = 1234
+    out_dir: str = "runs/data"  # train.tsv, dev.tsv, test.tsv, report.json
+
+
+@dataclass
+class VocabConfig:
+    size: int = 8000
+    model_type: str = "unigram"  # or "bpe"
+    character_coverage: float = 1.0
+    input_sentence_size: int = 2_000_000  # SentencePiece samples this many sentences at most
+    model_prefix: str = "runs/vocab/spm"
+
+
+@dataclass
+class ModelConfig:
+    """The paper's hyper-parameters: d_model, d_ff, h, N (encoder and decoder layers)."""
+
+    d_model: int = 512
+    d_ff: int = 2048
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    vocab_size: int = 8000
+    max_positions: int = 256
+    pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Sublayer(x))
+    layer_norm_eps: float = 1e-6
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        presets = {
+            "tiny": dict(
+                d_model=64,
+                d_ff=128,
+                heads=4,
+                encoder_layers=2,
+                decoder_layers=2,
+                dropout=0.0,
+                max_positions=128,
+            ),
+            "small": dict(
+                d_model=256, d_ff=1024, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1
+            ),
+            "base": dict(
+                d_model=512, d_ff=2048, heads=8, encoder_layers=6, decoder_layers=6, dropout=0.1
+            ),
+        }
+        if name not in presets:
+            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(presets)}")
+        return cls(**{**presets[name], **overrides})
+
+
+@dataclass
+class TrainConfig:
+    out_dir: str = "runs/train"
+    batch_tokens: int = 4096  # target tokens per step, per process, before accumulation
+    accumulate: int = 1
+    max_steps: int = 100_000
+    max_minutes: float = 0.0  # stop (with a checkpoint) after this wall time; 0 = no limit
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0  # multiplies the paper's d_model^-0.5 * min(step^-0.5, ...)
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    seed: int = 1
+    log_every: int = 50
+    validate_every: int = 1000
+    checkpoint_every: int = 500
+    keep_best: int = 3
+    keep_last: int = 5
+    average_last: int = 5
+    early_stop_patience: int = 0  # validations without BLEU improvement; 0 = never stop early
+    dev_bleu_sentences: int = 300
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    """Build a (nested) dataclass from a dict, rejecting unknown keys by name."""
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+    kwargs = {}
+    for name, value in values.items():
+        target = _FIELD_TYPES.get((cls, name))
+        if target is list:
+            kwargs[name] = [
+                _build(SourceFile, v) if isinstance(v, dict) else SourceFile(str(v)) for v in value
+            ]
+        elif target is not None:
+            kwargs[name] = _build(target, value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+_FIELD_TYPES: dict[tuple[type, str], type] = {
+    (Config, "data"): DataConfig,
+    (Config, "vocab"): VocabConfig,
+    (Config, "train"): TrainConfig,
+    (DataConfig, "filters"): FilterConfig,
+    (DataConfig, "sources"): list,
+}
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare string such as a path
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a TOML config (``[model] preset = "small"`` picks a preset) and apply
+    ``section.field=value`` overrides (``train.max_steps=100``, ``model.preset=tiny``)."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise ValueError(f"override {item!r} must look like section.field=value")
+        *parents, leaf = key.strip().split(".")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = _parse_value(value.strip())
+    model_raw = dict(raw.pop("model", {}))
+    preset = model_raw.pop("preset", None)
+    config = _build(Config, raw)
+    config.model = (
+        ModelConfig.preset(preset, **model_raw) if preset else _build(ModelConfig, model_raw)
+    )
+    return config

@@ -1,0 +1,357 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), one class per concept.
+
+Section numbers refer to the paper. Masks are boolean and ``True`` means "may attend".
+Besides the training-time ``forward``, the model offers the two halves the exported graphs
+need: ``encode_cross`` (encoder output projected once into every decoder layer's
+cross-attention keys/values) and ``decode_step`` (one target position with a self-attention
+key/value cache). ``training/export.py`` traces exactly these methods.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from training.config import BOS_ID, PAD_ID, ModelConfig
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same)."""
+    position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / torch.pow(10000.0, two_i / d_model)
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
+class PositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal encoding of each token's position (§3.5), then dropout."""
+
+    def __init__(self, d_model: int, max_positions: int, dropout: float):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        if positions is None:
+            return self.dropout(x + self.table[: x.size(1)])
+        return self.dropout(x + self.table[positions])
+
+
+class Embeddings(nn.Module):
+    """Learned token embeddings multiplied by sqrt(d_model) (§3.4). One table is shared by
+    source, target and the pre-softmax projection (the joint vocabulary makes this possible)."""
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+        self.scale = math.sqrt(d_model)
+        nn.init.normal_(self.lut.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.lut.weight[PAD_ID].zero_()
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.lut(tokens) * self.scale
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> Tensor:
+    """§3.2.1: softmax(Q K^T / sqrt(d_k)) V. ``mask`` broadcasts to [batch, heads, q, k].
+
+    Masked scores get the dtype's lowest value rather than -inf so that a row with nothing
+    to attend to yields a uniform (finite) distribution instead of NaN."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
+class MultiHeadAttention(nn.Module):
+    """§3.2.2: h parallel attention heads over learned projections, concatenated and projected."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+        self.heads, self.head_dim = heads, d_model // heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+        for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """[batch, len, d_model] -> [batch, heads, len, head_dim]"""
+        return x.view(x.size(0), x.size(1), self.heads, self.head_dim).transpose(1, 2)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Project ``memory`` into per-head keys and values; cacheable across decoding steps."""
+        return self.split_heads(self.w_k(memory)), self.split_heads(self.w_v(memory))
+
+    def attend(self, x: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> Tensor:
+        """Queries from ``x`` attend over already projected per-head ``key``/``value``."""
+        query = self.split_heads(self.w_q(x))
+        if self.training and self.dropout > 0:
+            # Attention dropout (§5.4 applies dropout to sub-layer outputs; fairseq and
+            # tensor2tensor also drop attention weights). Fused kernel: same maths, faster.
+            context = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, dropout_p=self.dropout
+            )
+        else:
+            context = scaled_dot_product_attention(query, key, value, mask)
+        context = context.transpose(1, 2).reshape(x.size(0), x.size(1), -1)
+        return self.w_o(context)
+
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
+        key, value = self.keys_values(memory)
+        return self.attend(x, key, value, mask)
+
+
+class PositionwiseFeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        for linear in (self.w_1, self.w_2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
+
+
+class AddNorm(nn.Module):
+    """§3.1 / §5.4: LayerNorm(x + Dropout(Sublayer(x))) — or, with ``pre_norm``,
+    x + Dropout(Sublayer(LayerNorm(x))), which trains more stably in deep stacks."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """§3.1: self-attention, then feed-forward, each wrapped in Add & Norm."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
+        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout)
+        self.sublayer = nn.ModuleList([AddNorm(d, config.dropout, p, eps) for _ in range(2)])
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, mask))
+        return self.sublayer[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    """§3.1: masked self-attention, cross-attention over the encoder output, feed-forward."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
+        self.cross_attn = MultiHeadAttention(d, config.heads, config.dropout)
+        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout)
+        self.sublayer = nn.ModuleList([AddNorm(d, config.dropout, p, eps) for _ in range(3)])
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, tgt_mask))
+        x = self.sublayer[1](x, lambda y: self.cross_attn(y, memory, src_mask))
+        return self.sublayer[2](x, self.feed_forward)
+
+    def step(
+        self,
+        x: Tensor,
+        self_key: Tensor,
+        self_value: Tensor,
+        self_mask: Tensor,
+        cross_key: Tensor,
+        cross_value: Tensor,
+        src_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One position ``x`` [batch, 1, d]; the cache holds earlier positions' keys/values.
+        Returns the output and this position's own key/value, to be appended to the cache."""
+        new_key, new_value = self.self_attn.keys_values(
+            self.sublayer[0].norm(x) if self.sublayer[0].pre_norm else x
+        )
+        key = torch.cat([self_key, new_key], dim=2)
+        value = torch.cat([self_value, new_value], dim=2)
+        x = self.sublayer[0](x, lambda y: self.self_attn.attend(y, key, value, self_mask))
+        x = self.sublayer[1](
+            x, lambda y: self.cross_attn.attend(y, cross_key, cross_value, src_mask)
+        )
+        return self.sublayer[2](x, self.feed_forward), new_key, new_value
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with tied embeddings and a linear + softmax generator (§3, §3.4)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config.vocab_size, config.d_model)
+        self.positional = PositionalEncoding(config.d_model, config.max_positions, config.dropout)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(config) for _ in range(config.encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.decoder_layers)
+        )
+        # Pre-norm stacks need a final LayerNorm; post-norm outputs are already normalised.
+        self.encoder_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.pre_norm
+            else nn.Identity()
+        )
+        self.decoder_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.pre_norm
+            else nn.Identity()
+        )
+        # Decoding must never emit padding or the start symbol; masking them in the step
+        # (and so in the exported graph) keeps every search strategy from having to.
+        never = torch.zeros(config.vocab_size, dtype=torch.bool)
+        never[[PAD_ID, BOS_ID]] = True
+        self.register_buffer("never_generate", never, persistent=False)
+
+    # -- masks ------------------------------------------------------------------------------
+    @staticmethod
+    def padding_mask(tokens: Tensor) -> Tensor:
+        """[batch, len] -> [batch, 1, 1, len]: True where a real token may be attended to."""
+        return (tokens != PAD_ID)[:, None, None, :]
+
+    @staticmethod
+    def causal_mask(length: int, device: torch.device) -> Tensor:
+        """[1, 1, len, len]: position i may attend to positions <= i (§3.2.3)."""
+        return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+    # -- training-time forward ---------------------------------------------------------------
+    def encode(self, src_tokens: Tensor) -> tuple[Tensor, Tensor]:
+        src_mask = self.padding_mask(src_tokens)
+        x = self.positional(self.embeddings(src_tokens))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt_tokens: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        tgt_mask = self.padding_mask(tgt_tokens) & self.causal_mask(
+            tgt_tokens.size(1), tgt_tokens.device
+        )
+        x = self.positional(self.embeddings(tgt_tokens))
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.decoder_norm(x)
+
+    def generator(self, x: Tensor) -> Tensor:
+        """Pre-softmax linear transformation sharing the embedding matrix (§3.4); returns
+        logits. The sqrt(d_model) scale belongs to the embedding lookup only."""
+        return F.linear(x, self.embeddings.lut.weight)
+
+    def forward(self, src_tokens: Tensor, tgt_input: Tensor) -> Tensor:
+        """Teacher forcing: logits [batch, tgt_len, vocab] for the next token at each position."""
+        memory, src_mask = self.encode(src_tokens)
+        return self.generator(self.decode(tgt_input, memory, src_mask))
+
+    # -- incremental decoding (what the ONNX graphs compute) -----------------------------------
+    def encode_cross(self, src_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Run the encoder once and project its output into every decoder layer's
+        cross-attention keys and values: [layers, batch, heads, src_len, head_dim] each."""
+        memory, src_mask = self.encode(src_tokens)
+        keys, values = zip(
+            *(layer.cross_attn.keys_values(memory) for layer in self.decoder_layers), strict=True
+        )
+        return torch.stack(keys), torch.stack(values), src_mask[:, 0, 0, :]
+
+    def decode_step(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        self_keys: Tensor,
+        self_values: Tensor,
+        self_mask: Tensor,
+        cross_keys: Tensor,
+        cross_values: Tensor,
+        src_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One decoding step for a batch of rows that may be at different positions.
+
+        tokens, positions: [batch]; self_keys/values: [layers, batch, heads, past, head_dim];
+        self_mask: [batch, past + 1] (the last column is the current token); cross_*: as from
+        ``encode_cross``; src_mask: [batch, src_len]. Returns log-probabilities [batch, vocab]
+        and this step's keys/values [layers, batch, heads, 1, head_dim]."""
+        x = self.positional(self.embeddings(tokens[:, None]), positions[:, None])
+        self_mask4 = self_mask[:, None, None, :]
+        src_mask4 = src_mask[:, None, None, :]
+        new_keys, new_values = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, key, value = layer.step(
+                x,
+                self_keys[i],
+                self_values[i],
+                self_mask4,
+                cross_keys[i],
+                cross_values[i],
+                src_mask4,
+            )
+            new_keys.append(key)
+            new_values.append(value)
+        logits = self.generator(self.decoder_norm(x))[:, 0].float()
+        logits = logits.masked_fill(self.never_generate, torch.finfo(logits.dtype).min)
+        return torch.log_softmax(logits, dim=-1), torch.stack(new_keys), torch.stack(new_values)
+
+    @torch.no_grad()
+    def greedy_decode(
+        self, src_tokens: Tensor, max_length: int, bos_id: int, eos_id: int
+    ) -> list[list[int]]:
+        """Greedy search with the key/value cache; used for validation BLEU during training.
+        Returns token ids without BOS/EOS."""
+        batch = src_tokens.size(0)
+        cross_keys, cross_values, src_mask = self.encode_cross(src_tokens)
+        layers, _, heads, _, head_dim = cross_keys.shape
+        self_keys = cross_keys.new_zeros(layers, batch, heads, 0, head_dim)
+        self_values = self_keys
+        tokens = torch.full((batch,), bos_id, dtype=torch.long, device=src_tokens.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src_tokens.device)
+        output: list[Tensor] = []
+        limit = min(max_length, self.config.max_positions - 1)
+        for step in range(limit):
+            positions = torch.full_like(tokens, step)
+            self_mask = torch.ones(batch, step + 1, dtype=torch.bool, device=tokens.device)
+            log_probs, k, v = self.decode_step(
+                tokens,
+                positions,
+                self_keys,
+                self_values,
+                self_mask,
+                cross_keys,
+                cross_values,
+                src_mask,
+            )
+            self_keys = torch.cat([self_keys, k], dim=3)
+            self_values = torch.cat([self_values, v], dim=3)
+            tokens = log_probs.argmax(-1).masked_fill(finished, eos_id)
+            output.append(tokens)
+            finished |= tokens == eos_id
+            if bool(finished.all()):
+                break
+        result = []
+        for row in torch.stack(output, dim=1).tolist() if output else [[] for _ in range(batch)]:
+            result.append(row[: row.index(eos_id)] if eos_id in row else row)
+        return result

@@ -47,6 +47,12 @@ class DataConfig:
     test_size: int = 2000
     seed: int = 1234
     out_dir: str = "runs/data"  # train.tsv, dev.tsv, test.tsv, report.json
+    # Each source file gets an equal share of dev/test (what one cannot fill goes to the
+    # others); false draws them from one global order, so the biggest source dominates.
+    heldout_per_source: bool = True
+    # Substrings of source paths whose pairs never go to dev/test (they stay in train), such as
+    # ["ding-phrases"]: dictionary phrases make BLEU meaningless.
+    heldout_exclude: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,424 @@
+import gzip
+import json
+import lzma
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from training.config import DataConfig, FilterConfig, SourceFile
+from training.corpus import (
+    FILTERS,
+    MAX_HELDOUT_COMPONENT,
+    clean_text,
+    format_report,
+    normalise,
+    prepare_corpus,
+    read_pairs,
+    read_tsv,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+OVERFIT = FIXTURES / "overfit.tsv"
+NOISY = FIXTURES / "noisy.tsv"
+SHARED = FIXTURES / "shared.tsv"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _config(tmp_path: Path, *sources: SourceFile, name: str = "out", **kwargs) -> DataConfig:
+    kwargs.setdefault("dev_size", 0)
+    kwargs.setdefault("test_size", 0)
+    return DataConfig(sources=list(sources), out_dir=str(tmp_path / name), **kwargs)
+
+
+def _write_moses(prefix: Path, pairs: list[tuple[str, str]], suffix: str = "") -> None:
+    writers = {"": open, ".gz": gzip.open, ".xz": lzma.open}
+    for lang, side in (("en", 0), ("de", 1)):
+        with writers[suffix](f"{prefix}.{lang}{suffix}", "wt", encoding="utf-8") as f:
+            f.writelines(pair[side] + "\n" for pair in pairs)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def test_read_tsv_fixture():
+    pairs = read_tsv(OVERFIT)
+    assert len(pairs) == len(_lines(OVERFIT))
+    assert pairs[0] == ("The cat is sleeping on the sofa.", "Die Katze schläft auf dem Sofa.")
+
+
+def test_read_tsv_rejects_malformed_split(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("a\tb\nonly one field\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.tsv:2"):
+        read_tsv(path)
+
+
+def test_read_pairs_skips_malformed_lines():
+    pairs = list(read_pairs(str(NOISY)))
+    assert len(pairs) == len(_lines(NOISY)) - 2
+    assert ("", "Die Quelle fehlt.") in pairs  # raw: empty sides are for the filters to count
+
+
+@pytest.mark.parametrize("opener,suffix", [(gzip.open, ".gz"), (lzma.open, ".xz")])
+def test_read_compressed_tsv(tmp_path, opener, suffix):
+    path = tmp_path / f"overfit.tsv{suffix}"
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(OVERFIT.read_text(encoding="utf-8"))
+    assert list(read_pairs(str(path))) == read_tsv(OVERFIT)
+    assert read_tsv(path) == read_tsv(OVERFIT)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz", ".xz"])
+def test_read_moses_pair(tmp_path, suffix):
+    pairs = read_tsv(OVERFIT)
+    _write_moses(tmp_path / "corpus", pairs, suffix)
+    assert list(read_pairs(str(tmp_path / "corpus"))) == pairs
+    # The language codes choose the files, so the reverse direction is just a parameter.
+    reverse = list(read_pairs(str(tmp_path / "corpus"), source_lang="de", target_lang="en"))
+    assert reverse == [(de, en) for en, de in pairs]
+
+
+def test_moses_pair_with_different_line_counts_is_an_error(tmp_path):
+    (tmp_path / "x.en").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    (tmp_path / "x.de").write_text("eins\nzwei\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="different line counts"):
+        list(read_pairs(str(tmp_path / "x")))
+
+
+def test_missing_source_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Moses pair"):
+        list(read_pairs(str(tmp_path / "nothing")))
+
+
+def test_carriage_return_inside_a_field_does_not_split_the_line(tmp_path):
+    path = tmp_path / "cr.tsv"
+    path.write_bytes(b"left\rover\tlinks\r\nsecond\tzweite\n")
+    assert list(read_pairs(str(path))) == [("left\rover", "links"), ("second", "zweite")]
+
+
+# --- cleaning --------------------------------------------------------------------------------
+
+
+def test_clean_text():
+    assert clean_text("  a \t b\n") == "a b"
+    assert clean_text("Cafe\u0301") == "Café"  # NFD -> NFC
+    invisible = "soft\u00adhyphen\ufeff and\u200b zero\x00width\u200e"
+    assert clean_text(invisible) == "softhyphen and zerowidth"
+    assert clean_text("line\x85break\u2028here") == "line break here"
+    assert clean_text("\u00a0non-breaking\u00a0space\u202f%") == "non-breaking space %"
+    assert clean_text("family 👨\u200d👩\u200d👧") == "family 👨\u200d👩\u200d👧"  # ZWJ kept
+    assert clean_text("„Anführungszeichen“ »und« …") == "„Anführungszeichen“ »und« …"
+    assert clean_text("\x01\x1b[0m") == "[0m"
+    # Windows-1252 bytes that were decoded as Latin-1 (seen in the Ding dictionary).
+    assert clean_text("d\x92art, Wiedemann\x96Franz\x81") == "d’art, Wiedemann–Franz"
+
+
+def test_normalise():
+    assert normalise("GOOD  Morning, everybody!") == "good morning everybody"
+    assert normalise("Chapter 12, verse 3") == normalise("chapter 45 verse 7")
+    assert normalise("Straße") == normalise("STRASSE")
+    assert normalise("%s_file") == "sfile"
+
+
+# --- filters and dedupe ----------------------------------------------------------------------
+
+
+def test_each_filter_counts_what_it_drops(tmp_path):
+    filters = FilterConfig(min_tokens=2, max_tokens=15, max_ratio=3.0)
+    report = prepare_corpus(_config(tmp_path, SourceFile(str(NOISY)), filters=filters),
+                            progress=False)
+    counts = report["files"][str(NOISY)]
+    assert {key: counts[key] for key in ("read", *FILTERS, "kept")} == {
+        "read": 18,
+        "malformed": 2,
+        "empty": 2,
+        "too_short": 1,
+        "too_long": 1,
+        "ratio": 1,
+        "source_equals_target": 1,
+        "duplicate_exact": 1,
+        "duplicate_normalised": 2,
+        "kept": 7,
+    }
+    kept = read_tsv(tmp_path / "out" / "train.tsv")
+    assert sorted(kept) == sorted([
+        ("Good morning, everybody.", "Guten Morgen, alle zusammen."),
+        ("Open Source Software.", "open source software"),  # differs in case: not a copy
+        ("Chapter 3 begins here.", "Kapitel 3 beginnt hier."),
+        ("The lake is frozen in winter.", "Im Winter ist der See zugefroren."),
+        ("Too much space here.", "Zu viel Platz hier."),
+        ("Save the file as %s?", "Datei als %s speichern?"),
+        ("Show <b>all</b> results.", "<b>Alle</b> Ergebnisse anzeigen."),
+    ])
+
+
+def test_source_equals_target_is_case_sensitive(tmp_path):
+    path = tmp_path / "copies.tsv"
+    path.write_text("trend\tTrend\n"  # German capitalises nouns: a real translation
+                    "OK\tOK\n"
+                    "Firefox Web Browser\tFirefox Web Browser.\n"
+                    "Version 2.0\tVersion 3.1\n"
+                    "the hamburger\tthe Hamburger\n", encoding="utf-8")
+    report = prepare_corpus(_config(tmp_path, SourceFile(str(path))), progress=False)
+    assert report["total"]["source_equals_target"] == 3
+    assert sorted(read_tsv(tmp_path / "out" / "train.tsv")) == [
+        ("the hamburger", "the Hamburger"), ("trend", "Trend")]
+
+
+def test_filters_can_be_switched_off(tmp_path):
+    filters = FilterConfig(min_tokens=1, max_tokens=1000, max_ratio=100.0,
+                           drop_source_equals_target=False, dedupe=False)
+    report = prepare_corpus(_config(tmp_path, SourceFile(str(NOISY)), filters=filters),
+                            progress=False)
+    counts = report["total"]
+    assert counts["malformed"] == 2 and counts["empty"] == 2
+    assert counts["kept"] == 14
+    assert sum(counts[f] for f in FILTERS if f not in ("malformed", "empty")) == 0
+
+
+def test_dedupe_across_files_keeps_the_first(tmp_path):
+    copy = tmp_path / "copy.tsv"
+    # The same pairs again, one exact, one differing only in case and punctuation.
+    copy.write_text("The soup is too hot.\tDie Suppe ist zu heiß.\n"
+                    "the SOUP is too hot\tDie Suppe ist zu heiß!\n"
+                    "A new sentence here.\tEin neuer Satz hier.\n", encoding="utf-8")
+    report = prepare_corpus(_config(tmp_path, SourceFile(str(OVERFIT)), SourceFile(str(copy))),
+                            progress=False)
+    assert report["files"][str(OVERFIT)]["kept"] == len(_lines(OVERFIT))
+    second = report["files"][str(copy)]
+    assert (second["duplicate_exact"], second["duplicate_normalised"], second["kept"]) == (1, 1, 1)
+
+
+def test_report_counts_add_up(tmp_path):
+    sources = [SourceFile(str(NOISY)), SourceFile(str(OVERFIT), 2.0), SourceFile(str(SHARED))]
+    config = _config(tmp_path, *sources, dev_size=6, test_size=6)
+    report = prepare_corpus(config, progress=False)
+    for counts in [*report["files"].values(), report["total"]]:
+        assert counts["kept"] + sum(counts[f] for f in FILTERS) == counts["read"]
+        assert counts["train"] + counts["dev"] + counts["test"] == counts["kept"]
+    total = report["total"]
+    assert total["read"] == sum(len(_lines(p)) for p in (NOISY, OVERFIT, SHARED))
+    splits = report["splits"]
+    assert (splits["train"], splits["dev"], splits["test"]) == (
+        total["train"], total["dev"], total["test"])
+    out = Path(config.out_dir)
+    assert len(read_tsv(out / "train.tsv")) == splits["train_weighted"] == total["train_weighted"]
+    assert len(read_tsv(out / "dev.tsv")) == 6 and len(read_tsv(out / "test.tsv")) == 6
+    assert json.loads((out / "report.json").read_text(encoding="utf-8")) == report
+    table = format_report(report)
+    assert "TOTAL" in table and "noisy" in table and f"{total['read']:,}" in table
+
+
+# --- split -----------------------------------------------------------------------------------
+
+
+def _split_config(tmp_path: Path, name: str, seed: int = 1234) -> DataConfig:
+    return _config(tmp_path, SourceFile(str(OVERFIT)), SourceFile(str(SHARED)), name=name,
+                   dev_size=12, test_size=12, seed=seed)
+
+
+def _split_files(out_dir: str) -> dict[str, bytes]:
+    return {name: (Path(out_dir) / name).read_bytes()
+            for name in ("train.tsv", "dev.tsv", "test.tsv")}
+
+
+def test_split_is_deterministic(tmp_path):
+    first, second = _split_config(tmp_path, "a"), _split_config(tmp_path, "b")
+    prepare_corpus(first, progress=False)
+    prepare_corpus(second, progress=False)
+    assert _split_files(first.out_dir) == _split_files(second.out_dir)
+    other = _split_config(tmp_path, "c", seed=99)
+    prepare_corpus(other, progress=False)
+    assert _split_files(other.out_dir)["test.tsv"] != _split_files(first.out_dir)["test.tsv"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 1234])
+def test_split_is_leak_free(tmp_path, seed):
+    config = _split_config(tmp_path, "out", seed=seed)
+    report = prepare_corpus(config, progress=False)
+    splits = {name: read_tsv(Path(config.out_dir) / f"{name}.tsv")
+              for name in ("train", "dev", "test")}
+    assert len(splits["dev"]) == 12 and len(splits["test"]) == 12
+    for side in (0, 1):
+        keys = {name: {normalise(pair[side]) for pair in pairs} for name, pairs in splits.items()}
+        assert not keys["train"] & keys["dev"]
+        assert not keys["train"] & keys["test"]
+        assert not keys["dev"] & keys["test"]
+    # Nothing that was deduplicated away comes back: 31 lines, one normalised duplicate.
+    assert report["files"][str(SHARED)]["duplicate_normalised"] == 1
+    # The "Cancel/Abbrechen/Beenden" cluster is one component of 8, too big for held-out sets.
+    assert report["components"]["largest_component"] == 8 > MAX_HELDOUT_COMPONENT
+    train_sources = {src for src, _ in splits["train"]}
+    assert {"Cancel", "Abort", "Stop", "Quit", "Exit"} <= train_sources
+
+
+def test_split_puts_linked_pairs_together(tmp_path):
+    config = _split_config(tmp_path, "out")
+    prepare_corpus(config, progress=False)
+    where = {pair: name for name in ("train", "dev", "test")
+             for pair in read_tsv(Path(config.out_dir) / f"{name}.tsv")}
+    # A chain: same normalised source, then same normalised target.
+    chain = [("Thank you.", "Danke."), ("Thank you!", "Vielen Dank."),
+             ("Thanks a lot.", "Vielen Dank!")]
+    assert len({where[pair] for pair in chain}) == 1
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+
+def test_weights_resample_train_only(tmp_path):
+    config = _config(tmp_path, SourceFile(str(OVERFIT), weight=2.0),
+                     SourceFile(str(SHARED), weight=0.5), dev_size=8, test_size=8)
+    report = prepare_corpus(config, progress=False)
+    out = Path(config.out_dir)
+    train = Counter(read_tsv(out / "train.tsv"))
+    overfit = set(read_tsv(OVERFIT))
+    shared = set(read_tsv(SHARED))
+    heldout = read_tsv(out / "dev.tsv") + read_tsv(out / "test.tsv")
+    assert len(heldout) == len(set(heldout)) == 16
+    assert not set(heldout) & set(train)
+    over = report["files"][str(OVERFIT)]
+    assert over["train_weighted"] == 2 * over["train"]
+    assert all(count == 2 for pair, count in train.items() if pair in overfit)
+    assert sum(1 for pair in train if pair in overfit) == over["train"]
+    half = report["files"][str(SHARED)]
+    assert 0 < half["train_weighted"] < half["train"]
+    assert all(count == 1 for pair, count in train.items() if pair in shared)
+
+
+def test_fractional_weight_above_one_is_deterministic(tmp_path):
+    def run(name: str) -> tuple[dict, bytes]:
+        config = _config(tmp_path, SourceFile(str(OVERFIT), weight=1.5), name=name)
+        report = prepare_corpus(config, progress=False)
+        return report["files"][str(OVERFIT)], (Path(config.out_dir) / "train.tsv").read_bytes()
+
+    (counts, data), (_, again) = run("a"), run("b")
+    assert data == again
+    n = counts["train"]
+    assert n < counts["train_weighted"] < 2 * n
+    train = Counter(read_tsv(tmp_path / "a" / "train.tsv"))
+    assert set(train) == set(read_tsv(OVERFIT)) and set(train.values()) == {1, 2}
+
+
+def test_negative_weight_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="weight"):
+        prepare_corpus(_config(tmp_path, SourceFile(str(OVERFIT), weight=-1)), progress=False)
+
+
+# --- held-out sets per source ----------------------------------------------------------------
+
+
+def _word(i: int) -> str:
+    # Letters only: normalise() folds digits, which would make numbered sentences duplicates.
+    return "".join(chr(ord("a") + (i // 26**k) % 26) for k in (2, 1, 0))
+
+
+def _write_source(tmp_path: Path, name: str, singles: int, pairs_of_two: int = 0) -> str:
+    """``singles`` unrelated pairs plus ``pairs_of_two`` components of two pairs that share a
+    source sentence, all distinct from any other source's."""
+    lines = [f"The {name} says {_word(i)}.\tDer {name} sagt {_word(i)}.\n"
+             for i in range(singles)]
+    for i in range(pairs_of_two):
+        lines.append(f"Hello {name} {_word(i)}.\tHallo {name} {_word(i)}.\n")
+        lines.append(f"Hello {name} {_word(i)}!\tGrüß dich, {name} {_word(i)}.\n")
+    path = tmp_path / f"{name}.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def _splits(config: DataConfig) -> dict[str, list[tuple[str, str]]]:
+    return {name: read_tsv(Path(config.out_dir) / f"{name}.tsv")
+            for name in ("train", "dev", "test")}
+
+
+def _assert_leak_free(splits: dict[str, list[tuple[str, str]]]) -> None:
+    for side in (0, 1):
+        keys = {name: {normalise(pair[side]) for pair in pairs} for name, pairs in splits.items()}
+        assert not keys["train"] & keys["dev"]
+        assert not keys["train"] & keys["test"]
+        assert not keys["dev"] & keys["test"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 1234])
+def test_heldout_sets_get_an_equal_share_of_each_source(tmp_path, seed):
+    paths = [_write_source(tmp_path, "phrases", 400, 40), _write_source(tmp_path, "bible", 60, 5),
+             _write_source(tmp_path, "ui", 30, 5)]
+    config = _config(tmp_path, *map(SourceFile, paths), dev_size=30, test_size=30, seed=seed)
+    assert config.heldout_per_source  # the default
+    report = prepare_corpus(config, progress=False)
+    splits = _splits(config)
+    assert len(splits["dev"]) == 30 and len(splits["test"]) == 30
+    for path in paths:
+        # An equal share, to within one component (of two pairs here).
+        assert 9 <= report["files"][path]["dev"] <= 11
+        assert 9 <= report["files"][path]["test"] <= 11
+    _assert_leak_free(splits)
+    assert "equal share per source" in format_report(report)
+
+
+def test_a_source_short_of_its_share_leaves_the_rest_to_the_others(tmp_path):
+    paths = [_write_source(tmp_path, "big", 200), _write_source(tmp_path, "mid", 100),
+             _write_source(tmp_path, "tiny", 4)]
+    config = _config(tmp_path, *map(SourceFile, paths), dev_size=30, test_size=30)
+    report = prepare_corpus(config, progress=False)
+    big, mid, tiny = (report["files"][path] for path in paths)
+    assert (tiny["test"], tiny["dev"], tiny["train"]) == (4, 0, 0)
+    assert (big["test"], mid["test"]) == (13, 13)
+    assert (big["dev"], mid["dev"]) == (15, 15)
+
+
+def test_component_spanning_sources_belongs_to_its_first_pair(tmp_path):
+    first = tmp_path / "first.tsv"
+    first.write_text("Good night.\tGute Nacht.\n", encoding="utf-8")
+    second = tmp_path / "second.tsv"
+    second.write_text("Good night!\tSchlaf gut.\n", encoding="utf-8")
+    config = _config(tmp_path, SourceFile(str(first)), SourceFile(str(second)), dev_size=0,
+                     test_size=2)
+    report = prepare_corpus(config, progress=False)
+    # One component of two pairs, drawn for "first"; "second" has nothing of its own.
+    assert report["components"]["components"] == 1
+    assert sorted(_splits(config)["test"]) == [("Good night!", "Schlaf gut."),
+                                               ("Good night.", "Gute Nacht.")]
+    assert report["files"][str(first)]["test"] == report["files"][str(second)]["test"] == 1
+
+
+@pytest.mark.parametrize("per_source", [True, False])
+def test_excluded_sources_never_reach_heldout_sets(tmp_path, per_source):
+    phrases = _write_source(tmp_path, "ding-phrases", 300, 20)
+    other = _write_source(tmp_path, "sentences", 60, 5)
+    # A component that spans both files and, "sentences" being read first, belongs to it: one
+    # excluded pair keeps the whole component in train, or that phrase would reach dev/test.
+    linked = Path(other)
+    linked.write_text(linked.read_text(encoding="utf-8")
+                      + "The ding-phrases says aaa!\tEin ganz anderer Satz.\n", encoding="utf-8")
+    config = _config(tmp_path, SourceFile(other), SourceFile(phrases), dev_size=20, test_size=20,
+                     heldout_per_source=per_source, heldout_exclude=["ding-phrases"])
+    report = prepare_corpus(config, progress=False)
+    assert report["files"][phrases]["dev"] == report["files"][phrases]["test"] == 0
+    assert report["files"][phrases]["train"] == report["files"][phrases]["kept"]
+    assert report["files"][other]["dev"] == report["files"][other]["test"] == 20
+    splits = _splits(config)
+    assert ("The ding-phrases says aaa!", "Ein ganz anderer Satz.") in splits["train"]
+    _assert_leak_free(splits)
+    assert "never from ding-phrases" in format_report(report)
+
+
+def test_global_heldout_draw_is_still_available(tmp_path):
+    paths = [_write_source(tmp_path, "big", 300), _write_source(tmp_path, "small", 30),
+             _write_source(tmp_path, "smaller", 30)]
+
+    def run(name: str, per_source: bool) -> dict:
+        config = _config(tmp_path, *map(SourceFile, paths), name=name, dev_size=15, test_size=15,
+                         heldout_per_source=per_source)
+        return prepare_corpus(config, progress=False)
+
+    stratified, global_ = run("strat", True), run("global", False)
+    assert [stratified["files"][path]["test"] for path in paths] == [5, 5, 5]
+    # The global draw follows the sources' sizes: "big" is 300 of 360 pairs.
+    assert global_["files"][paths[0]]["test"] > 8 and global_["files"][paths[0]]["dev"] > 8
+    assert global_["splits"]["dev"] == global_["splits"]["test"] == 15
+    assert "one global draw" in format_report(global_)

@@ -340,13 +340,16 @@ class DecodeBatch:
         top = top[np.argsort(-flat[top], kind="stable")]
         parents, tokens, scores, prefixes = [], [], [], []
         vocab = log_probs.shape[1]
-        for index in top:
+        for rank, index in enumerate(top):
             beam, token = divmod(int(index), vocab)
             score = float(flat[index])
             if score <= NEG_INF / 2:
                 break
             if token == eos:
-                sentence.finished.append((score, sentence.prefixes[beam]))
+                # Only an ending that would have made the beam counts (as in fairseq): EOS
+                # candidates ranked below it would fill the n-best with poor early stops.
+                if rank < width:
+                    sentence.finished.append((score, sentence.prefixes[beam]))
                 continue
             parents.append(beam)
             tokens.append(token)
@@ -369,19 +372,16 @@ class DecodeBatch:
         return parents, tokens
 
     def _beam_done(self, sentence: _Sentence, active_scores: list[float]) -> bool:
-        """Stop once enough hypotheses finished and no active beam can still beat the worst
-        of the n-best kept (log-probs only fall, so an active beam's best is its score now
-        normalised at the longest length still allowed, or now when the penalty shrinks it)."""
+        """Stop once the n-best are finished and the best active beam, normalised at its next
+        length, no longer beats the worst of them (the heuristic of HF's early_stopping=False;
+        counting finished hypotheses alone, as fairseq does, lets poor early endings of lower
+        beams stop the search while the best beam is one token from its end)."""
         options = sentence.options
-        if len(sentence.finished) >= sentence.width:
-            return True
         if len(sentence.finished) < options.num_hypotheses:
             return False
-        kept = sorted(
-            (self._normalised(s, len(p) + 1, options) for s, p in sentence.finished), reverse=True
-        )[: options.num_hypotheses]
-        length = sentence.max_new + 1 if options.length_penalty > 0 else sentence.steps + 1
-        best_active = self._normalised(max(active_scores), length, options)
+        kept = sorted((self._normalised(s, len(p) + 1, options) for s, p in sentence.finished),
+                      reverse=True)[: options.num_hypotheses]
+        best_active = self._normalised(max(active_scores), sentence.steps + 1, options)
         return best_active < kept[-1]
 
     def _result(self, sentence: _Sentence) -> Translation:

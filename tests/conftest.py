@@ -1,0 +1,122 @@
+"""Shared pytest fixtures. Each block belongs to one area; keep additions in their own block."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+# =============================================================================================
+# training: a vocabulary and a tiny-preset config on the overfit fixture
+# (used by tests/test_model.py and tests/test_train.py)
+# =============================================================================================
+
+TRAIN_FIXTURES = Path(__file__).parent / "fixtures"
+OVERFIT_TSV = TRAIN_FIXTURES / "overfit.tsv"
+OVERFIT_VOCAB_SIZE = 500
+
+
+@pytest.fixture(scope="session")
+def overfit_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SentencePiece model trained once per session on both sides of the overfit fixture."""
+    from training.config import VocabConfig
+    from training.vocab import train_vocab
+
+    prefix = tmp_path_factory.mktemp("overfit_vocab") / "spm"
+    return train_vocab(OVERFIT_TSV, VocabConfig(size=OVERFIT_VOCAB_SIZE, model_prefix=str(prefix)))
+
+
+@pytest.fixture
+def make_train_config(tmp_path: Path, overfit_vocab: Path) -> Callable:
+    """Factory for a tiny-preset Config whose train and dev splits are the overfit fixture;
+    ``make_train_config("train.max_steps=5", out="run_a")`` (extra ``section.field=value``
+    overrides; ``out`` names the run directory under the test's tmp_path)."""
+    from training.config import load_config
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    for split in ("train", "dev"):
+        shutil.copyfile(OVERFIT_TSV, data / f"{split}.tsv")
+
+    def make(*overrides: str, out: str = "run"):
+        base = [
+            'model.preset="tiny"',
+            f"model.vocab_size={OVERFIT_VOCAB_SIZE}",
+            f"data.out_dir={data}",
+            f"vocab.model_prefix={overfit_vocab.with_suffix('')}",
+            f"train.out_dir={tmp_path / out}",
+            "train.threads=1",
+            "train.batch_tokens=4000",
+            "train.log_every=10",
+            "train.validate_every=100000",
+            "train.checkpoint_every=100000",
+            "train.dev_bleu_sentences=8",
+        ]
+        return load_config(None, [*base, *overrides])
+
+    return make
+
+
+# =============================================================================================
+# end of the training block
+# =============================================================================================
+
+# =============================================================================================
+# engine and service: a tiny model that has memorised the overfit fixture, exported once
+# (used by tests/test_export.py, tests/test_decoding.py, tests/test_api.py, ...)
+# =============================================================================================
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, overfit_vocab: Path) -> Path:
+    """Train the tiny preset on the overfit fixture until greedy decoding reproduces every
+    target; return its last checkpoint."""
+    import torch
+
+    from training.config import BOS_ID, EOS_ID, PAD_ID, load_config
+    from training.model import Transformer
+    from training.train import train
+
+    root = tmp_path_factory.mktemp("tiny_model")
+    data = root / "data"
+    data.mkdir()
+    for split in ("train", "dev"):
+        shutil.copyfile(OVERFIT_TSV, data / f"{split}.tsv")
+    config = load_config(None, [
+        'model.preset="tiny"', f"model.vocab_size={OVERFIT_VOCAB_SIZE}",
+        f"data.out_dir={data}", f"vocab.model_prefix={overfit_vocab.with_suffix('')}",
+        f"train.out_dir={root / 'train'}", "train.threads=1", "train.batch_tokens=4000",
+        "train.warmup_steps=50", "train.label_smoothing=0.0", "train.clip_norm=0.0",
+        "train.validate_every=100000", "train.checkpoint_every=100000", "train.log_every=50",
+        "train.dev_bleu_sentences=8",
+    ])
+    from training.export import load_checkpoint
+    from training.vocab import load_vocab
+
+    sp = load_vocab(overfit_vocab)
+    pairs = [line.split("\t") for line in OVERFIT_TSV.read_text(encoding="utf-8").splitlines()]
+    rows = [[*sp.encode(src), EOS_ID] for src, _ in pairs]
+    src = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        src[i, : len(row)] = torch.tensor(row)
+    targets = [sp.encode(tgt) for _, tgt in pairs]
+    checkpoint = root / "train" / "checkpoint_last.pt"
+    for steps in (200, 250, 300, 400):  # usually exact at 150-200; resume if not yet
+        config.train.max_steps = steps
+        train(config, resume=steps > 200)
+        model, _ = load_checkpoint(checkpoint)
+        assert isinstance(model, Transformer)
+        if model.greedy_decode(src, 60, BOS_ID, EOS_ID) == targets:
+            return checkpoint
+    raise AssertionError("the tiny model did not memorise the fixture in 400 steps")
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model exported (fp32 + int8) as an ``en-de`` bundle."""
+    from training.export import export_bundle
+
+    out = tmp_path_factory.mktemp("models") / "en-de"
+    return export_bundle(tiny_checkpoint, out, int8=True)

@@ -1,0 +1,161 @@
+"""The onnxruntime engine: it reproduces PyTorch, search is right, batching changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from service.decoding import DecodeOptions, Engine, SourceTooLong
+from training.config import BOS_ID, EOS_ID, PAD_ID
+from training.corpus import read_tsv
+from training.export import load_checkpoint
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle: Path) -> Engine:
+    return Engine(tiny_bundle, device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def pairs() -> list[tuple[str, str]]:
+    return read_tsv(FIXTURE)
+
+
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = torch.tensor(row)
+    return batch
+
+
+def test_translates_what_it_learned(engine: Engine, pairs) -> None:
+    sources, targets = zip(*pairs[:16], strict=True)
+    assert [t.text for t in engine.translate(list(sources))] == list(targets)
+
+
+def test_greedy_equals_pytorch_and_full_prefix_recomputation(engine, pairs, tiny_checkpoint):
+    model, _ = load_checkpoint(tiny_checkpoint)
+    sources = [s for s, _ in pairs[:12]] + ["An unseen sentence about green ideas."]
+    ours = [t.hypotheses[0].token_ids for t in engine.translate(sources, max_length=40)]
+    src = _padded([engine.tokenize(s) for s in sources])
+    cached = model.greedy_decode(src, 40, BOS_ID, EOS_ID)
+    assert ours == cached
+    # No cache at all: rerun the whole decoder over the prefix at every step.
+    with torch.no_grad():
+        for row, expected in zip(src, ours, strict=True):
+            prefix = [BOS_ID]
+            for _ in range(40):
+                logits = model(row[None], torch.tensor([prefix]))[0, -1]
+                logits[[PAD_ID, BOS_ID]] = float("-inf")
+                token = int(logits.argmax())
+                if token == EOS_ID:
+                    break
+                prefix.append(token)
+            assert prefix[1:] == expected
+
+
+def test_batch_invariance_greedy_and_beam(engine: Engine, pairs) -> None:
+    # 32 sentences of mixed length, some unseen, some repeated.
+    sources = [s for s, _ in pairs[:24]] + [
+        "Hello.", "The cat.", "Please close the window and the door of the garden.",
+        "Where is the printer?", "I have a dog, a cat and a small brother in Berlin.",
+        "Yes.", "The children are reading a book about coffee.", pairs[0][0],
+    ]
+    assert len(sources) == 32
+    for options in (dict(beam_size=1), dict(beam_size=4, num_hypotheses=2)):
+        batched = engine.translate(sources, **options)
+        for source, translation in zip(sources, batched, strict=True):
+            alone = engine.translate([source], **options)[0]
+            assert [h.token_ids for h in alone.hypotheses] == [
+                h.token_ids for h in translation.hypotheses
+            ]
+
+
+def test_beam_one_is_greedy_and_beam_finds_at_least_greedy_score(engine, pairs) -> None:
+    sources = [s for s, _ in pairs[:10]] + ["Green ideas sleep furiously in the garden."]
+    greedy = engine.translate(sources)
+    beam1 = engine.translate(sources, beam_size=1)
+    assert [t.hypotheses[0].token_ids for t in greedy] == [
+        t.hypotheses[0].token_ids for t in beam1
+    ]
+    beam4 = engine.translate(sources, beam_size=4)
+    for g, b in zip(greedy, beam4, strict=True):
+        assert b.score >= g.score - 1e-6
+
+
+def test_n_best_sorted_distinct_and_counted(engine: Engine) -> None:
+    sentences = ["The weather is nice.", "My brother reads a book in the garden."]
+    for translation in engine.translate(sentences, beam_size=5, num_hypotheses=4):
+        scores = [h.score for h in translation.hypotheses]
+        assert len(scores) == 4
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.token_ids) for h in translation.hypotheses}) == 4
+        assert all(h.text == engine.detokenize(h.token_ids) for h in translation.hypotheses)
+
+
+def test_max_length_is_honoured(engine: Engine, pairs) -> None:
+    for beam in (1, 3):
+        for translation in engine.translate([s for s, _ in pairs[:6]], max_length=2,
+                                            beam_size=beam):
+            assert all(len(h.token_ids) <= 2 for h in translation.hypotheses)
+    # Relative cap: a one-word source cannot produce more than ratio * len + 10 tokens.
+    translation = engine.translate(["Yes"], max_length=200, max_length_ratio=0.5)[0]
+    assert len(translation.hypotheses[0].token_ids) <= int(0.5 * len(engine.tokenize("Yes"))) + 10
+
+
+def test_sources_beyond_the_positions_are_refused_not_cut(engine: Engine) -> None:
+    limit = engine.max_source_tokens
+    too_long = " ".join(["garden"] * (limit + 5))
+    assert len(engine.tokenize(too_long)) > limit
+    with pytest.raises(SourceTooLong, match=f"at most {limit}"):
+        engine.translate(["Hello.", too_long])
+    # Just within the limit works, and the output never exceeds the target positions.
+    words = []
+    while len(engine.tokenize(" ".join([*words, "garden"]))) <= limit:
+        words.append("garden")
+    longest = engine.translate([" ".join(words)], max_length=10_000, max_length_ratio=100)[0]
+    assert len(longest.hypotheses[0].token_ids) <= engine.bundle.max_positions - 1
+
+
+def test_sentences_joining_a_running_batch_get_their_own_answer(engine: Engine, pairs) -> None:
+    """Continuous batching: sentences added between steps, one removed midway."""
+    options = DecodeOptions()
+    beam = DecodeOptions(beam_size=3)
+    expected = {i: engine.translate([s])[0].text for i, (s, _) in enumerate(pairs[:8])}
+    batch = engine.new_batch()
+    results = {}
+    batch.add("dropped", engine.tokenize(pairs[9][0]), options)
+    for step in range(200):
+        if step < 8:
+            batch.add(step, engine.tokenize(pairs[step][0]), beam if step % 3 == 0 else options)
+        if step == 2:
+            batch.remove("dropped")
+        results.update(batch.step())
+        if step >= 8 and not len(batch):
+            break
+    assert "dropped" not in results
+    assert {k: v.text for k, v in results.items() if k % 3} == {
+        k: v for k, v in expected.items() if k % 3
+    }
+    beam_expected = {i: engine.translate([pairs[i][0]], beam_size=3)[0].text for i in (0, 3, 6)}
+    assert {k: results[k].text for k in (0, 3, 6)} == beam_expected
+
+
+def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:
+    int8 = Engine(tiny_bundle, device="cpu", threads=1, variant="int8")
+    assert int8.variant == "int8"
+    translations = int8.translate([s for s, _ in pairs[:8]])
+    assert all(t.text for t in translations)
+
+
+def test_bad_options_are_rejected(engine: Engine) -> None:
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        engine.translate(["Hello."], beam_size=2, num_hypotheses=3)
+    with pytest.raises(TypeError, match="unknown option"):
+        engine.translate(["Hello."], beam=2)
+    with pytest.raises(ValueError, match="device"):
+        Engine(engine.bundle.dir, device="tpu")

@@ -1,0 +1,88 @@
+"""Export: the bundle's graphs match PyTorch, and a broken bundle is refused clearly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from service.bundle import BundleError, load_bundle
+from training import export
+from training.export import load_checkpoint, verify_parity
+
+
+def test_bundle_has_contract_files_and_checksums(tiny_bundle: Path) -> None:
+    bundle = load_bundle(tiny_bundle)
+    manifest = bundle.manifest
+    assert manifest["contract_version"] == 1
+    assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "de")
+    assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    assert set(manifest["variants"]) == {"fp32", "int8"}
+    for name in ("encoder.onnx", "decoder.onnx", "sentencepiece.model"):
+        assert len(manifest["files"][name]) == 64
+    assert manifest["parity_max_abs_diff"] < 1e-4
+
+
+def test_onnx_matches_pytorch_over_padded_batches(tiny_checkpoint: Path, tiny_bundle: Path):
+    model, _ = load_checkpoint(tiny_checkpoint)
+    for seed in range(3):
+        assert verify_parity(model, tiny_bundle, steps=8, seed=seed) < 1e-4
+
+
+def test_export_refuses_a_bundle_that_fails_parity(tiny_checkpoint: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    real_export_graphs = export.export_graphs
+
+    def export_a_different_model(model, out_dir):
+        # Graphs of a perturbed copy: what a broken exporter would produce.
+        broken, _ = load_checkpoint(tiny_checkpoint)
+        with torch.no_grad():
+            broken.decoder_layers[0].feed_forward.w_2.weight.mul_(1.5)
+        real_export_graphs(broken, out_dir)
+
+    monkeypatch.setattr(export, "export_graphs", export_a_different_model)
+    with pytest.raises(RuntimeError, match="parity"):
+        export.export_bundle(tiny_checkpoint, tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+    assert list(tmp_path.iterdir()) == []  # no staging directory left behind
+
+
+@pytest.fixture
+def bundle_copy(tiny_bundle: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_bundle, tmp_path / "copy"))
+
+
+def test_corrupted_file_is_named(bundle_copy: Path) -> None:
+    decoder = bundle_copy / "decoder.onnx"
+    data = bytearray(decoder.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    decoder.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"decoder\.onnx: sha256 mismatch"):
+        load_bundle(bundle_copy)
+
+
+def test_missing_file_is_named(bundle_copy: Path) -> None:
+    (bundle_copy / "sentencepiece.model").unlink()
+    with pytest.raises(BundleError, match=r"sentencepiece\.model is missing"):
+        load_bundle(bundle_copy)
+
+
+def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match=r"no manifest\.json"):
+        load_bundle(tmp_path / "nowhere")
+    manifest_path = bundle_copy / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["contract_version"] = 99
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="contract version 99"):
+        load_bundle(bundle_copy)
+    del manifest["variants"]
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="missing key"):
+        load_bundle(bundle_copy)
+    manifest_path.write_text("{not json")
+    with pytest.raises(BundleError, match="not valid JSON"):
+        load_bundle(bundle_copy)

@@ -1,0 +1,223 @@
+"""The training loop's promises: exact resume, DDP agreement, batching, checkpoint bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training.batching import BatchIterator, load_split, make_batches, shard
+from training.cli import main as cli_main
+from training.config import BOS_ID, EOS_ID, PAD_ID
+from training.train import (
+    average_checkpoints,
+    init_model,
+    load_checkpoint,
+    noam_factor,
+    params_digest,
+    periodic_checkpoints,
+    train,
+    update_best,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Schedule and batches (no training)
+
+
+def test_noam_schedule_warms_up_then_decays():
+    warmup = 100
+    factors = [noam_factor(s, warmup) for s in range(300)]  # LambdaLR counts from 0
+    assert factors[0] == pytest.approx(1 * warmup**-1.5)  # optimiser step 1
+    assert max(factors) == pytest.approx(warmup**-0.5)  # the peak is at step == warmup
+    assert int(np.argmax(factors)) == warmup - 1
+    assert factors[299] == pytest.approx(300**-0.5)
+
+
+def test_batches_fit_the_budget_cover_everything_and_are_deterministic():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(2, 60, 3000), rng.integers(3, 60, 3000)
+    budget = 500
+    batches = make_batches(src, tgt, budget, seed=7, epoch=0, chunk_size=1000)
+    for b in batches:
+        assert len(b) == 1 or (len(b) * src[b].max() <= budget
+                               and len(b) * (tgt[b].max() - 1) <= budget)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(3000))
+    again = make_batches(src, tgt, budget, seed=7, epoch=0, chunk_size=1000)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    other = make_batches(src, tgt, budget, seed=7, epoch=1, chunk_size=1000)
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, other, strict=False))
+    # Length bucketing keeps padding low: well under 25% of the padded target tokens.
+    padded = sum(len(b) * (tgt[b].max() - 1) for b in batches)
+    assert (tgt - 1).sum() / padded > 0.75
+    # Sharding: disjoint, equally many per rank.
+    shards = [shard(batches, r, 3) for r in range(3)]
+    assert len({len(s) for s in shards}) == 1
+    seen = [i for s in shards for b in s for i in b.tolist()]
+    assert len(seen) == len(set(seen))
+
+
+def test_batch_iterator_position_resumes_exactly(make_train_config):
+    config = make_train_config()
+    split = load_split(f"{config.data.out_dir}/train.tsv", f"{config.vocab.model_prefix}.model",
+                       config.model.max_positions)
+    assert split.dropped == 0 and len(split) >= 50
+    first = BatchIterator(split, 200, seed=3)
+    for _ in range(first.batches(0).__len__() + 2):  # into the second epoch
+        next(first)
+    state = first.state_dict()
+    assert state["epoch"] == 1 and state["index"] == 2
+    second = BatchIterator(split, 200, seed=3)
+    second.load_state_dict(state)
+    for _ in range(5):
+        a, b = next(first), next(second)
+        assert torch.equal(a.src, b.src) and torch.equal(a.tgt_input, b.tgt_input)
+    # Source ends with EOS, target input starts with BOS, output is input shifted by one.
+    assert (a.tgt_input[:, 0] == BOS_ID).all()
+    assert torch.equal(a.tgt_input[:, 1:], a.tgt_output[:, :-1])
+    for tokens in (a.src, a.tgt_output):
+        lengths = (tokens != PAD_ID).sum(1)
+        assert (tokens[torch.arange(len(tokens)), lengths - 1] == EOS_ID).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kill and resume
+
+
+def test_kill_and_resume_gives_the_same_parameters(make_train_config):
+    common = ("model.dropout=0.1", "train.batch_tokens=250", "train.accumulate=2",
+              "train.checkpoint_every=3", "train.warmup_steps=4")
+    n, k = 8, 5
+    straight = make_train_config(*common, f"train.max_steps={n}", out="straight")
+    result_straight = train(straight)
+
+    interrupted = make_train_config(*common, f"train.max_steps={k}", out="interrupted")
+    train(interrupted)  # "killed" after its checkpoint at step k
+    at_k = load_checkpoint(Path(interrupted.train.out_dir) / "checkpoint_last.pt")
+    assert at_k["step"] == k
+    interrupted.train.max_steps = n
+    result_resumed = train(interrupted, resume=True)
+
+    a = load_checkpoint(Path(straight.train.out_dir) / "checkpoint_last.pt")
+    b = load_checkpoint(Path(interrupted.train.out_dir) / "checkpoint_last.pt")
+    assert a["step"] == b["step"] == n
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert result_straight["params_sha256"] == result_resumed["params_sha256"]
+    assert a["data_state"] == b["data_state"]
+    # The position saved at k is the one after k steps of `accumulate` batches each, and the
+    # run crossed into a later epoch (so the epoch turnover is part of what was checked).
+    split = load_split(f"{straight.data.out_dir}/train.tsv",
+                       f"{straight.vocab.model_prefix}.model", straight.model.max_positions)
+    replay = BatchIterator(split, 250, seed=straight.train.seed)
+    for _ in range(2 * k):
+        next(replay)
+    assert at_k["data_state"] == replay.state_dict()
+    assert a["data_state"]["epoch"] >= 1
+    # Dropout was really on: a run without it ends elsewhere.
+    assert a["config"]["model"]["dropout"] == 0.1
+    for key in ("model", "model_config", "config", "step", "vocab", "optimizer", "scheduler",
+                "scaler", "data_state", "rng", "best", "metrics"):
+        assert key in a, key
+    assert Path(a["vocab"]).is_absolute() and Path(a["vocab"]).is_file()
+    assert set(a["metrics"]) >= {"dev_loss", "bleu", "chrf"}
+
+
+# ---------------------------------------------------------------------------------------------
+# DDP: two CPU processes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, config, result_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    result = train(config)
+    Path(result_dir, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def test_ddp_two_processes_keep_identical_parameters(make_train_config, tmp_path):
+    config = make_train_config("train.max_steps=3", "train.batch_tokens=300",
+                               "train.warmup_steps=2", "model.dropout=0.1", out="ddp")
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), config, str(tmp_path)),
+                                nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert results[0]["step"] == results[1]["step"] == 3
+    assert results[0]["params_sha256"] == results[1]["params_sha256"]
+    assert results[0]["params_sha256"] != params_digest(init_model(config))
+    checkpoint = load_checkpoint(Path(config.train.out_dir) / "checkpoint_last.pt")
+    assert len(checkpoint["rng"]["ranks"]) == 2  # each rank's random state, for resuming
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint files
+
+
+def test_average_checkpoints(tmp_path):
+    paths = []
+    for i, value in enumerate([1.0, 2.0, 6.0]):
+        path = tmp_path / f"checkpoint_{i}.pt"
+        torch.save({"model": {"w": torch.full((2, 2), value), "count": torch.tensor(i)},
+                    "model_config": {"d_model": 2}, "config": {}, "step": i, "vocab": "v.model",
+                    "optimizer": {"state": {}}, "metrics": {"bleu": float(i)}}, path)
+        paths.append(path)
+    out = average_checkpoints(paths, tmp_path / "avg.pt")
+    averaged = load_checkpoint(out)
+    assert torch.equal(averaged["model"]["w"], torch.full((2, 2), 3.0))
+    assert averaged["model"]["count"].item() == 2  # not averaged: taken from the last
+    assert averaged["step"] == 2 and averaged["vocab"] == "v.model"
+    assert "optimizer" not in averaged and len(averaged["averaged_from"]) == 3
+    # The same through the command line, picking the last two of a directory.
+    cli_main(["average", str(tmp_path / "avg2.pt"), "--last", "2", "--dir", str(tmp_path)])
+    assert torch.equal(load_checkpoint(tmp_path / "avg2.pt")["model"]["w"],
+                       torch.full((2, 2), 4.0))
+
+
+def test_update_best_keeps_the_n_best():
+    best: list[tuple[float, str]] = []
+    removed_all = []
+    for step, bleu in enumerate([5.0, 9.0, 7.0, 3.0, 9.5, 8.0]):
+        best, removed, is_best = update_best(best, bleu, f"best_{step}.pt", keep=3)
+        removed_all += removed
+        assert len(best) <= 3
+    assert best == [(9.5, "best_4.pt"), (9.0, "best_1.pt"), (8.0, "best_5.pt")]
+    assert sorted(removed_all) == ["best_0.pt", "best_2.pt", "best_3.pt"]
+    _, removed, is_best = update_best(best, 1.0, "best_9.pt", keep=3)
+    assert removed == ["best_9.pt"] and not is_best
+
+
+def test_checkpoint_files_on_disk(make_train_config):
+    config = make_train_config("train.max_steps=6", "train.validate_every=2",
+                               "train.checkpoint_every=1", "train.keep_last=3",
+                               "train.keep_best=2", "train.average_last=2",
+                               "train.log_every=2")
+    result = train(config)
+    out = Path(config.train.out_dir)
+    assert [p.name for p in periodic_checkpoints(out)] == [f"checkpoint_{s}.pt" for s in (4, 5, 6)]
+    best_files = sorted(out.glob("best_*.pt"))
+    last = load_checkpoint(out / "checkpoint_last.pt")
+    assert len(best_files) == len(last["best"]) == 2
+    assert {Path(p).name for _, p in last["best"]} == {p.name for p in best_files}
+    assert (out / "checkpoint_best.pt").stat().st_ino == Path(last["best"][0][1]).stat().st_ino
+    assert (out / "checkpoint_last.pt").stat().st_ino == (out / "checkpoint_6.pt").stat().st_ino
+    assert load_checkpoint(out / "checkpoint_avg.pt")["averaged_from"][-1].endswith(
+        "checkpoint_6.pt")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4, 6]
+    assert {"loss", "lr", "tokens_per_s", "elapsed", "dev_loss", "bleu", "chrf"} <= set(records[-1])
+    assert result["step"] == 6 and result["bleu"] == records[-1]["bleu"]
+
+
+def test_max_minutes_stops_with_a_checkpoint(make_train_config):
+    config = make_train_config("train.max_steps=1000", "train.max_minutes=0.0001")
+    result = train(config)
+    assert result["step"] == 1 and "max_minutes" in result["stop_reason"]
+    assert load_checkpoint(Path(config.train.out_dir) / "checkpoint_last.pt")["step"] == 1

@@ -1,0 +1,129 @@
+"""``translate-train``: every training step from raw text to bundle, one subcommand each.
+
+    translate-train prepare  --config configs/en-de.toml
+    translate-train vocab    --config configs/en-de.toml
+    translate-train train    --config configs/en-de.toml [--resume] [--set train.max_steps=1000]
+    torchrun --nproc_per_node 4 -m training.cli train --config configs/en-de.toml
+    translate-train average  OUT.pt CKPT.pt CKPT.pt ...   |   average OUT.pt --last 5 [--dir D]
+    translate-train export   CHECKPOINT OUT_DIR [--int8] [--no-parity]
+    translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
+
+Every subcommand takes ``--config FILE.toml`` and repeated ``--set section.field=value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from training.config import Config, load_config
+
+
+def _prepare(args: argparse.Namespace, config: Config) -> None:
+    from training.corpus import prepare_corpus
+
+    report = prepare_corpus(config.data)
+    print(json.dumps({"splits": report.get("splits"), "total": report.get("total")}, indent=2))
+
+
+def _vocab(args: argparse.Namespace, config: Config) -> None:
+    from training.vocab import train_vocab
+
+    print(train_vocab(Path(config.data.out_dir) / "train.tsv", config.vocab))
+
+
+def _train(args: argparse.Namespace, config: Config) -> None:
+    from training.train import train
+
+    result = train(config, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result, indent=2))
+
+
+def _average(args: argparse.Namespace, config: Config) -> None:
+    from training.train import average_checkpoints, periodic_checkpoints
+
+    paths = list(args.checkpoints)
+    if args.last:
+        directory = Path(args.dir or config.train.out_dir)
+        paths += periodic_checkpoints(directory)[-args.last :]
+    if not paths:
+        raise SystemExit("average: name checkpoints, or --last N [--dir D]")
+    print(average_checkpoints(paths, args.out))
+
+
+def _export(args: argparse.Namespace, config: Config) -> None:
+    from training.export import export_bundle
+
+    print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8,
+                        check_parity=not args.no_parity))
+
+
+def _evaluate(args: argparse.Namespace, config: Config) -> None:
+    from training.evaluate import evaluate_bundle
+
+    result = evaluate_bundle(args.bundle, args.test_tsv, beam_size=args.beam_size,
+                             limit=args.limit, variant=args.variant, threads=args.threads,
+                             hypotheses_out=args.hypotheses)
+    print(json.dumps(result, indent=2, default=str))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE.toml", help="configuration file")
+    common.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser = argparse.ArgumentParser(prog="translate-train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("prepare", parents=[common],
+                            help="clean, filter, dedupe and split the corpus (data.*)")
+    p.set_defaults(run=_prepare)
+    p = commands.add_parser("vocab", parents=[common],
+                            help="train the SentencePiece vocabulary on train.tsv (vocab.*)")
+    p.set_defaults(run=_vocab)
+    p = commands.add_parser("train", parents=[common], help="train the model (model.*, train.*)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue exactly from {train.out_dir}/checkpoint_last.pt")
+    p.set_defaults(run=_train)
+    p = commands.add_parser("average", parents=[common], help="average checkpoints' parameters")
+    p.add_argument("out", help="the averaged checkpoint to write")
+    p.add_argument("checkpoints", nargs="*", help="checkpoints to average")
+    p.add_argument("--last", type=int, default=0,
+                   help="also average the last N checkpoint_{step}.pt of --dir")
+    p.add_argument("--dir", help="run directory for --last (default: train.out_dir)")
+    p.set_defaults(run=_average)
+    p = commands.add_parser("export", parents=[common], help="export a checkpoint to a bundle")
+    p.add_argument("checkpoint")
+    p.add_argument("out_dir")
+    p.add_argument("--int8", action="store_true", help="also write dynamically quantised graphs")
+    p.add_argument("--no-parity", action="store_true", help="skip the ONNX/PyTorch parity check")
+    p.set_defaults(run=_export)
+    p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")
+    p.add_argument("bundle")
+    p.add_argument("test_tsv")
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
+    p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--hypotheses", default=None, help="write the translations to this file")
+    p.set_defaults(run=_evaluate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = load_config(args.config, args.overrides)
+    args.run(args, config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""BLEU and chrF of a bundle on a test file, decoded by the serving engine itself, so that
+training and serving are measured by the same code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+
+from service.decoding import Engine
+from training.corpus import read_tsv
+
+
+def evaluate_bundle(
+    bundle: str | Path,
+    test_tsv: str | Path,
+    *,
+    beam_size: int = 1,
+    limit: int | None = None,
+    variant: str | None = None,
+    threads: int = 0,
+    max_batch_rows: int = 64,
+    hypotheses_out: str | Path | None = None,
+) -> dict[str, Any]:
+    """Translate the source side of ``test_tsv`` and score it against the target side.
+    Sentences longer than the model's positions are skipped and counted, not cut."""
+    pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
+    engine = Engine(bundle, device="cpu" if threads else "auto", threads=threads, variant=variant)
+    usable = [(s, t) for s, t in pairs if len(engine.tokenize(s)) <= engine.max_source_tokens]
+    sources = [s for s, _ in usable]
+    references = [t for _, t in usable]
+    start = time.perf_counter()
+    translations = engine.translate(sources, beam_size=beam_size, max_batch_rows=max_batch_rows)
+    seconds = time.perf_counter() - start
+    hypotheses = [t.text for t in translations]
+    if hypotheses_out:
+        Path(hypotheses_out).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    generated = sum(len(t.hypotheses[0].token_ids) + 1 for t in translations)
+    return {
+        "bundle": str(bundle),
+        "variant": engine.variant,
+        "test": str(test_tsv),
+        "sentences": len(usable),
+        "skipped_too_long": len(pairs) - len(usable),
+        "beam_size": beam_size,
+        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
+        "seconds": round(seconds, 2),
+        "target_tokens_per_s": round(generated / seconds, 1) if seconds else None,
+    }

@@ -1,0 +1,307 @@
+"""Load test: concurrent clients against the HTTP service, batching on vs off, vs offline.
+
+For each client count (default 1, 8, 64) N clients post single sentences of mixed length, drawn
+from a test file, as fast as answers come back. Reported per run: sentences/s, target tokens/s
+(from the server's own ``translate_generated_tokens_total``), p50/p95/p99 latency and errors.
+
+By default the script starts the server twice from MODEL_DIR (``BATCHING=true``, then
+``BATCHING=false``: one sentence at a time), measures the engine's offline batch-32 throughput
+in-process, and prints the ratios. ``--url`` measures an already running server instead (add
+``--url-unbatched`` for the comparison). It prints figures and never asserts.
+
+    python bench/load.py                                # models/, test set or fixture
+    python bench/load.py --model-dir models/en-de --clients 1,8,64 --requests 512
+    python bench/load.py --url http://localhost:8000 --no-offline
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TESTS = (ROOT / "runs/en-de/data/test.tsv", ROOT / "tests/fixtures/overfit.tsv")
+_TOKENS = re.compile(r"^translate_generated_tokens_total\{[^}]*\} (\S+)$", re.MULTILINE)
+
+
+@dataclass
+class RunResult:
+    label: str
+    clients: int
+    sentences: int = 0
+    seconds: float = 0.0
+    tokens: float | None = None
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.sentences / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.tokens is not None and self.seconds else None
+
+    def percentile(self, q: int) -> float | None:
+        if len(self.latencies) < 2:
+            return self.latencies[0] if self.latencies else None
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1]
+
+
+def read_sentences(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0].strip() for line in lines if line.strip()]
+
+
+async def generated_tokens(client: httpx.AsyncClient) -> float | None:
+    try:
+        text = (await client.get("/metrics")).text
+    except httpx.HTTPError:
+        return None
+    values = [float(v) for v in _TOKENS.findall(text)]
+    return sum(values) if values else None
+
+
+async def load_run(
+    url: str, label: str, clients: int, sentences: list[str], requests: int, headers: dict
+) -> RunResult:
+    result = RunResult(label, clients)
+    pool = random.Random(clients)  # the same draw for batched and unbatched runs
+    work = [pool.choice(sentences) for _ in range(requests)]
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        base_url=url, timeout=120, limits=limits, headers=headers
+    ) as client:
+        before = await generated_tokens(client)
+
+        async def worker() -> None:
+            while work:
+                text = work.pop()
+                started = time.perf_counter()
+                try:
+                    response = await client.post("/translate", json={"text": text})
+                except httpx.HTTPError as exc:
+                    result.errors[type(exc).__name__] += 1
+                    continue
+                if response.status_code == 200:
+                    result.latencies.append(time.perf_counter() - started)
+                    result.sentences += 1
+                else:
+                    result.errors[str(response.status_code)] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        result.seconds = time.perf_counter() - started
+        after = await generated_tokens(client)
+    if before is not None and after is not None:
+        result.tokens = after - before
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """``translate-serve`` in a subprocess with extra environment."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        environment = {
+            **os.environ,
+            **env,
+            "HOST": "127.0.0.1",
+            "PORT": str(self.port),
+            "LOG_LEVEL": "warning",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from service.main import run; run()"],
+            cwd=ROOT,
+            env=environment,
+        )
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        stop = time.monotonic() + timeout
+        while time.monotonic() < stop:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server not ready in time")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def measure_server(
+    url: str, label: str, levels: list[int], sentences: list[str], requests: int, headers: dict
+) -> list[RunResult]:
+    results = []
+    for clients in levels:
+        result = asyncio.run(
+            load_run(url, label, clients, sentences, max(requests, clients), headers)
+        )
+        print_row(result)
+        results.append(result)
+    return results
+
+
+def measure_offline(model_dir: Path, sentences: list[str], batch: int = 32) -> RunResult:
+    if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
+        sys.path.insert(0, str(ROOT))
+    from service.decoding import Engine
+    from service.main import bundle_dirs
+
+    directories = bundle_dirs(model_dir)
+    if not directories:
+        raise RuntimeError(f"no bundle in {model_dir}")
+    engine = Engine(
+        directories[0], device=os.environ.get("DEVICE", "auto"), threads=_threads_from_env()
+    )
+    # Offline translate refuses sentences over the model's positions (the server splits them).
+    fitting = [s for s in sentences if len(engine.tokenize(s)) <= engine.max_source_tokens]
+    if len(fitting) < len(sentences):
+        print(f"offline: left out {len(sentences) - len(fitting)} sentences over the positions")
+    sentences = fitting
+    engine.translate(sentences[:batch])  # warm-up
+    result = RunResult(f"offline batch-{batch}", batch)
+    started = time.perf_counter()
+    tokens = 0
+    for start in range(0, len(sentences), batch):
+        for translation in engine.translate(sentences[start : start + batch]):
+            tokens += len(translation.hypotheses[0].token_ids)
+    result.seconds = time.perf_counter() - started
+    result.sentences = len(sentences)
+    result.tokens = tokens
+    return result
+
+
+def _threads_from_env() -> int:
+    try:
+        return int(os.environ.get("THREADS", "0"))
+    except ValueError:
+        return 0
+
+
+def _ms(value: float | None) -> str:
+    return f"{value * 1000:8.1f}" if value is not None else "       -"
+
+
+def print_header() -> None:
+    print(
+        f"{'run':<18} {'clients':>7} {'sent/s':>9} {'tok/s':>9} "
+        f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}  errors"
+    )
+
+
+def print_row(result: RunResult) -> None:
+    tokens = result.tokens_per_s
+    errors = ", ".join(f"{k}: {v}" for k, v in sorted(result.errors.items())) or "0"
+    print(
+        f"{result.label:<18} {result.clients:>7} {result.sentences_per_s:>9.1f} "
+        f"{(f'{tokens:.0f}' if tokens is not None else '-'):>9} "
+        f"{_ms(result.percentile(50))} {_ms(result.percentile(95))} "
+        f"{_ms(result.percentile(99))}  {errors}",
+        flush=True,
+    )
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="measure this running server instead of starting one")
+    parser.add_argument("--url-unbatched", help="a running server with BATCHING=false")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=Path(os.environ.get("MODEL_DIR", ROOT / "models")),
+        help="bundle (or directory of bundles) for started servers and the offline run",
+    )
+    parser.add_argument("--test", type=Path, help="TSV (source first) or one sentence a line")
+    parser.add_argument("--clients", default="1,8,64", help="comma-separated client counts")
+    parser.add_argument("--requests", type=int, default=256, help="requests per run")
+    parser.add_argument("--api-key", default=os.environ.get("API_KEY"))
+    parser.add_argument("--no-offline", action="store_true", help="skip the offline engine run")
+    args = parser.parse_args(argv)
+
+    test_file = args.test or next((p for p in DEFAULT_TESTS if p.is_file()), DEFAULT_TESTS[-1])
+    sentences = read_sentences(test_file)
+    levels = [int(n) for n in args.clients.split(",") if n.strip()]
+    headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    lengths = sorted(len(s.split()) for s in sentences)
+    print(
+        f"test file {test_file}: {len(sentences)} sentences, "
+        f"{lengths[0]}-{lengths[-1]} words (median {statistics.median(lengths):.0f})"
+    )
+    print_header()
+
+    batched: list[RunResult] = []
+    unbatched: list[RunResult] = []
+    if args.url:
+        batched = measure_server(args.url, "batched", levels, sentences, args.requests, headers)
+        if args.url_unbatched:
+            unbatched = measure_server(
+                args.url_unbatched, "unbatched", levels, sentences, args.requests, headers
+            )
+    else:
+        for label, flag, into in (("batched", "true", batched), ("unbatched", "false", unbatched)):
+            server = Server({"MODEL_DIR": str(args.model_dir), "BATCHING": flag})
+            try:
+                server.wait_ready()
+                into += measure_server(server.url, label, levels, sentences, args.requests, headers)
+            finally:
+                server.stop()
+
+    offline = None
+    if not args.no_offline:
+        try:
+            offline = measure_offline(args.model_dir, sentences)
+            print_row(offline)
+        except Exception as exc:  # a bench reports, it does not fail
+            print(f"offline run skipped: {exc}")
+
+    print()
+    for on, off in zip(batched, unbatched, strict=False):
+        print(
+            f"batching on/off at {on.clients:>2} clients: "
+            f"{ratio(on.sentences_per_s, off.sentences_per_s)} sentences/s, "
+            f"p50 latency {ratio(on.percentile(50), off.percentile(50))}"
+        )
+    if offline is not None:
+        for on in batched:
+            print(
+                f"server ({on.clients:>2} clients) / offline batch-32: "
+                f"{ratio(on.sentences_per_s, offline.sentences_per_s)} sentences/s"
+            )
+
+
+if __name__ == "__main__":
+    main()

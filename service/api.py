@@ -1,0 +1,429 @@
+"""Routes only: HTTP in, sentences to the scheduler, translations out.
+
+Everything a route needs lives in ``ServiceState`` on ``app.state.service``, filled by the
+lifespan in ``service.main``; routes read it through ``Depends(get_state)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+
+from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.errors import ApiError, from_validation_errors
+from service.metrics import Metrics
+from service.scheduler import (
+    DeadlineExceeded,
+    QueueFull,
+    Scheduler,
+    SchedulerFailed,
+    ShuttingDown,
+)
+from service.schemas import (
+    Alternative,
+    ErrorResponse,
+    LanguagePair,
+    LanguagesResponse,
+    StatusResponse,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationResult,
+)
+from service.settings import Settings
+from service.text import Segmented, split_long, split_sentences
+
+Pair = tuple[str, str]
+T = TypeVar("T")
+DEFAULT_PAIR: Pair = ("en", "de")  # the tie-breaker when several loaded pairs would fit
+_INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+
+
+@dataclass
+class ServiceState:
+    settings: Settings
+    metrics: Metrics
+    phase: Literal["loading", "ready", "draining", "failed"] = "loading"
+    error: str | None = None
+    engines: dict[Pair, Engine] = field(default_factory=dict)
+    scheduler: Scheduler | None = None
+
+
+def pair_label(pair: Pair) -> str:
+    return f"{pair[0]}-{pair[1]}"
+
+
+def get_state(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+State = Annotated[ServiceState, Depends(get_state)]
+_bearer = HTTPBearer(auto_error=False, description="One of the API_KEYS, when any are set.")
+
+
+def require_api_key(
+    state: State,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    keys = state.settings.api_keys
+    if not keys:
+        return
+    token = credentials.credentials.encode() if credentials else b""
+    # compare_digest against every key: the time taken says nothing about which key is close.
+    if not any([hmac.compare_digest(token, key.encode()) for key in keys]):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "Missing or invalid API key; send 'Authorization: Bearer <key>'.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=StatusResponse, responses=_errors(503))
+async def health(state: State) -> StatusResponse:
+    """Liveness: fails only when a restart is the cure (models failed to load, the scheduler
+    thread died)."""
+    if state.phase == "failed":
+        raise ApiError(503, "load_failed", f"Loading the models failed: {state.error}")
+    if state.scheduler is not None and state.scheduler.failed:
+        raise ApiError(503, "unavailable", "The translation worker failed; restart the service.")
+    return StatusResponse(status="ok")
+
+
+@router.get("/ready", response_model=StatusResponse, responses=_errors(503))
+async def ready(state: State) -> StatusResponse:
+    """Readiness: 200 once every bundle is loaded and warmed up, until shutdown begins."""
+    _require_ready(state)
+    return StatusResponse(status="ready")
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(state: State) -> Response:
+    """Prometheus metrics."""
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/languages",
+    response_model=LanguagesResponse,
+    dependencies=[Depends(require_api_key)],
+    responses=_errors(401),
+)
+async def languages(state: State) -> LanguagesResponse:
+    """The language pairs loaded (empty while loading)."""
+    return LanguagesResponse(
+        pairs=[
+            LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
+            for (source, target), engine in sorted(state.engines.items())
+        ]
+    )
+
+
+@router.post(
+    "/translate",
+    response_model=TranslateResponse,
+    response_model_exclude_none=True,
+    dependencies=[Depends(require_api_key)],
+    responses=_errors(400, 401, 413, 422, 429, 503, 504),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": TranslateRequest.model_json_schema()}},
+        }
+    },
+)
+async def translate(request: Request, state: State) -> TranslateResponse:
+    """Translate one text or a list of texts; one result per text, in order.
+
+    Texts are split into sentences (and overlong sentences into pieces the model can take),
+    translated in the shared running batch, and rejoined with the original whitespace.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + state.settings.request_timeout_s
+    settings = state.settings
+    body = await _read_body(request, _body_limit(settings))
+    # Parsed here rather than by FastAPI so that any content type is accepted (curl -d sends
+    # a form type) and invalid JSON / encodings get their own error codes.
+    payload = _parse(body)
+    texts = [payload.text] if isinstance(payload.text, str) else payload.text
+    _check_texts(texts, isinstance(payload.text, str), settings)
+    options = _decode_options(payload, settings)
+    _require_ready(state)
+    pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
+    engine = state.engines[pair]
+    if sum(map(len, texts)) <= _INLINE_CHARS:
+        prepared = prepare_texts(texts, engine)
+    else:
+        prepared = await asyncio.to_thread(prepare_texts, texts, engine)
+
+    # Repeated sentences (boilerplate, list items) are decoded once.
+    unique: dict[tuple[int, ...], int] = {}
+    for _, sources in prepared:
+        for ids in sources:
+            unique.setdefault(tuple(ids), len(unique))
+    assert state.scheduler is not None  # ready implies a scheduler
+    translations = await _unless_disconnected(
+        request, _run(state.scheduler, pair, list(unique), options, deadline)
+    )
+    results = [
+        assemble(
+            segmented,
+            [translations[unique[tuple(ids)]] for ids in sources],
+            payload.num_alternatives,
+            payload.return_scores,
+        )
+        for segmented, sources in prepared
+    ]
+    return TranslateResponse(translations=results, source_lang=pair[0], target_lang=pair[1])
+
+
+def _require_ready(state: ServiceState) -> None:
+    if state.phase == "ready" and state.scheduler is not None and state.scheduler.accepting:
+        return
+    if state.phase == "failed":
+        raise ApiError(503, "load_failed", f"Loading the models failed: {state.error}")
+    if state.phase == "loading":
+        message, code = "Models are still loading.", "not_ready"
+    elif state.phase == "ready":  # yet the scheduler refuses: its thread died
+        message, code = "The translation worker failed; restart the service.", "unavailable"
+    else:
+        message, code = "The service is shutting down.", "shutting_down"
+    raise ApiError(503, code, message, headers={"Retry-After": "5"})
+
+
+def _body_limit(settings: Settings) -> int:
+    # The largest body a valid request can be: every char JSON-escaped at worst (12 bytes for
+    # a surrogate pair), plus room for the other fields. Anything larger is refused unread.
+    return settings.max_texts * (settings.max_chars * 12 + 8) + 4096
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_large = ApiError(
+        413,
+        "body_too_large",
+        f"Request body exceeds {limit} bytes.",
+        headers={"Connection": "close"},
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(body: bytes) -> TranslateRequest:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400, "invalid_encoding", f"Body is not valid UTF-8 (byte {exc.start})."
+        ) from None
+    try:
+        # A leading byte-order mark is tolerated, as RFC 8259 allows.
+        return TranslateRequest.model_validate_json(text.removeprefix("\ufeff"))
+    except ValidationError as exc:
+        raise from_validation_errors(exc.errors()) from None
+
+
+def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
+    if len(texts) > settings.max_texts:
+        raise ApiError(
+            413,
+            "too_many_texts",
+            f"{len(texts)} texts; at most {settings.max_texts} per request (MAX_TEXTS).",
+            "text",
+        )
+    for index, text in enumerate(texts):
+        if len(text) > settings.max_chars:
+            raise ApiError(
+                413,
+                "text_too_long",
+                f"{len(text)} characters; at most {settings.max_chars} per text (MAX_CHARS).",
+                "text" if single else f"text[{index}]",
+            )
+
+
+def _decode_options(payload: TranslateRequest, settings: Settings) -> DecodeOptions:
+    wanted = payload.num_alternatives + 1
+    if payload.beam_size is not None and payload.beam_size > settings.max_beam:
+        raise ApiError(
+            422, "invalid_field", f"beam_size must be at most {settings.max_beam}.", "beam_size"
+        )
+    beam = payload.beam_size or max(settings.default_beam, min(wanted, settings.max_beam))
+    if wanted > beam:
+        raise ApiError(
+            422,
+            "invalid_field",
+            f"num_alternatives must be less than beam_size ({beam}); "
+            f"at most {settings.max_beam - 1} with MAX_BEAM={settings.max_beam}.",
+            "num_alternatives",
+        )
+    if payload.max_length is not None and payload.max_length > settings.max_length:
+        raise ApiError(
+            422,
+            "invalid_field",
+            f"max_length must be at most {settings.max_length}.",
+            "max_length",
+        )
+    return DecodeOptions(
+        beam_size=beam,
+        max_length=payload.max_length or settings.max_length,
+        num_hypotheses=wanted,
+    )
+
+
+def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any]) -> Pair:
+    """The loaded pair a request means. Omitted languages are inferred when only one loaded
+    pair fits, and default to en and de when several do."""
+    source = source.strip().lower() if source else None
+    target = target.strip().lower() if target else None
+    fits = [
+        pair
+        for pair in engines
+        if (source is None or pair[0] == source) and (target is None or pair[1] == target)
+    ]
+    if len(fits) > 1:
+        wanted = (source or DEFAULT_PAIR[0], target or DEFAULT_PAIR[1])
+        fits = [pair for pair in fits if pair == wanted] or fits
+    if len(fits) == 1:
+        return fits[0]
+    loaded = ", ".join(pair_label(pair) for pair in sorted(engines)) or "none yet"
+    if fits:
+        raise ApiError(
+            422,
+            "ambiguous_language_pair",
+            f"Several loaded pairs fit; give source_lang and target_lang. Loaded: {loaded}.",
+            "target_lang" if target is None else "source_lang",
+        )
+    known_source = source is None or any(pair[0] == source for pair in engines)
+    raise ApiError(
+        422,
+        "unsupported_language_pair",
+        f"No model for {source or '*'} -> {target or '*'}. Loaded: {loaded}.",
+        "target_lang" if known_source else "source_lang",
+    )
+
+
+def prepare_texts(texts: Sequence[str], engine: Engine) -> list[tuple[Segmented, list[list[int]]]]:
+    """Each text's segmentation and the token ids of its pieces, every piece short enough for
+    the model (sentences longer than its positions are split, never cut)."""
+    cache: dict[str, list[int]] = {}
+
+    def tokenize(piece: str) -> list[int]:
+        if piece not in cache:
+            cache[piece] = engine.tokenize(piece)
+        return cache[piece]
+
+    prepared = []
+    for text in texts:
+        segmented = split_sentences(text)
+        segmented = split_long(segmented, engine.max_source_tokens, lambda p: len(tokenize(p)))
+        prepared.append((segmented, [tokenize(piece) for piece in segmented.pieces]))
+    return prepared
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, abandoning it if the client hangs up first: a client that gave up (and
+    perhaps retries) must not keep its sentences in the batch until the deadline."""
+
+    async def disconnected() -> None:
+        # The body is read, so the next ASGI message can only be the disconnect.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()  # frees the request's rows in the scheduler
+    if task not in done:
+        raise ApiError(499, "client_closed_request", "The client closed the connection.")
+    return task.result()
+
+
+async def _run(
+    scheduler: Scheduler,
+    pair: Pair,
+    sources: list[tuple[int, ...]],
+    options: DecodeOptions,
+    deadline: float,
+) -> list[Translation]:
+    try:
+        return await scheduler.translate(pair_label(pair), sources, options, deadline)
+    except QueueFull as exc:
+        raise ApiError(
+            429,
+            "queue_full",
+            "Too many sentences waiting; retry later.",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+    except ShuttingDown:
+        raise ApiError(
+            503, "shutting_down", "The service is shutting down.", headers={"Retry-After": "5"}
+        ) from None
+    except SchedulerFailed:
+        raise ApiError(
+            503, "unavailable", "The translation worker failed.", headers={"Retry-After": "5"}
+        ) from None
+    except DeadlineExceeded:
+        raise ApiError(
+            504,
+            "timeout",
+            "The translation did not finish within the request timeout; it was abandoned.",
+        ) from None
+
+
+def assemble(
+    segmented: Segmented,
+    translations: Sequence[Translation],
+    num_alternatives: int,
+    return_scores: bool,
+) -> TranslationResult:
+    """One text's result: pieces' translations in the original layout, the token-weighted
+    mean score, and the k-th alternative built from each piece's k-th hypothesis."""
+    variants: list[tuple[str, float | None]] = []
+    for rank in range(num_alternatives + 1):
+        chosen = [t.hypotheses[min(rank, len(t.hypotheses) - 1)] for t in translations]
+        text = segmented.join([h.text for h in chosen])
+        if rank and any(text == seen for seen, _ in variants):
+            continue  # a piece ran out of hypotheses: this would repeat an earlier text
+        variants.append((text, _mean_score(chosen) if return_scores else None))
+    (text, score), alternatives = variants[0], variants[1:]
+    return TranslationResult(
+        text=text,
+        score=score,
+        alternatives=[Alternative(text=t, score=s) for t, s in alternatives]
+        if num_alternatives
+        else None,
+    )
+
+
+def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:
+    if not hypotheses:
+        return None
+    weights = [len(h.token_ids) + 1 for h in hypotheses]  # + EOS
+    total = sum(h.score * w for h, w in zip(hypotheses, weights, strict=True)) / sum(weights)
+    return total if math.isfinite(total) else None  # -inf has no JSON spelling

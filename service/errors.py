@@ -1,0 +1,143 @@
+"""One error shape for every failure: ``{"error": {"code", "message", "field"?}}``.
+
+Clients branch on ``code`` (stable, snake_case) and show ``message`` (human, may change);
+``field`` names the offending request field as ``text`` or ``text[3]`` when there is one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "queue_full",
+    503: "unavailable",
+    504: "timeout",
+}
+
+
+class ApiError(Exception):
+    """An expected failure with its HTTP status; raised anywhere below a route."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = dict(headers or {})
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(
+        error_body(error.code, error.message, error.field),
+        status_code=error.status,
+        headers=error.headers,
+    )
+
+
+# pydantic puts the union member tried into the location: ("text", "list[str]", 1).
+_UNION_TAG = re.compile(r"(str|int|float|bool|none|list\[.*\]|dict\[.*\])")
+
+
+def field_name(loc: Sequence[str | int]) -> str | None:
+    """("body", "text", "list[str]", 3) -> "text[3]"; the body itself has no field name."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    name = ""
+    for part in parts:
+        if isinstance(part, str) and name and _UNION_TAG.fullmatch(part):
+            continue
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or None
+
+
+def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
+    """Map pydantic errors (from FastAPI or from our own parsing) to one ApiError."""
+    if not errors:
+        return ApiError(422, "invalid_field", "Invalid request.")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return ApiError(400, "invalid_json", f"Body is not valid JSON: {detail}".rstrip(": "))
+    field = field_name(first.get("loc", ()))
+    if field is not None:
+        # Of a union's errors ("text" is no string, "text[1]" is no string), the deepest is
+        # the one that points at the culprit.
+        same = [field_name(e.get("loc", ())) or "" for e in errors]
+        field = max((f for f in same if f.startswith(field)), key=len)
+    kind = first.get("type", "")
+    if field is None:
+        code = "invalid_body"
+    elif kind == "missing":
+        code = "missing_field"
+    elif kind == "extra_forbidden":
+        code = "unknown_field"
+    else:
+        code = "invalid_field"
+    messages = []
+    for error in errors[:5]:
+        where = field_name(error.get("loc", ()))
+        messages.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+    if len(errors) > 5:
+        messages.append(f"... and {len(errors) - 5} more")
+    return ApiError(422, code, "; ".join(messages), field)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(from_validation_errors(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(from_validation_errors(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        error = ApiError(exc.status_code, code, message, headers=exc.headers)
+        return error_response(error)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Reached only by bugs or engine failures, never by bad input: those are ApiErrors.
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(ApiError(500, "internal_error", "Internal server error."))

@@ -1,0 +1,111 @@
+"""Prometheus metrics, in a registry of their own per app (tests build many apps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "translate_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "translate_http_request_duration_seconds",
+            "HTTP request latency by route template, method and status.",
+            ["route", "method", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "translate_queue_depth", "Sentences waiting to join the running batch.", registry=r
+        )
+        self.queue_wait = Histogram(
+            "translate_queue_wait_seconds",
+            "Time a sentence waited before joining the batch.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "translate_batch_rows",
+            "Decoder rows in the batch at each decoder step.",
+            ["pair"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.running_sentences = Gauge(
+            "translate_running_sentences", "Sentences in the running batch.", ["pair"], registry=r
+        )
+        self.decode_steps = Counter(
+            "translate_decode_steps", "Decoder steps run.", ["pair"], registry=r
+        )
+        self.generated_tokens = Counter(
+            "translate_generated_tokens",
+            "Target tokens generated (best hypothesis of each finished sentence).",
+            ["pair"],
+            registry=r,
+        )
+        self.source_tokens = Counter(
+            "translate_source_tokens", "Source tokens encoded.", ["pair"], registry=r
+        )
+        self.sentences = Counter(
+            "translate_sentences",
+            "Sentences leaving the scheduler, by outcome (done, dropped, failed).",
+            ["pair", "outcome"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestMetricsMiddleware:
+    """Counts and times every HTTP request, labelled by route template, not raw path.
+
+    Raw paths would let any client create label values (and series) at will; the template the
+    router matched is bounded. Unmatched paths are labelled "unmatched".
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client sees if the app raises before answering
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            labels = (template, scope["method"], str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.latency.labels(*labels).observe(time.perf_counter() - started)

@@ -1,0 +1,450 @@
+"""Continuous batching: one thread owns the engines; requests only wait on futures.
+
+Sentences from all requests wait in a bounded queue (one lane per language pair), requests
+taking turns to place a sentence in the batch. The scheduler thread loops: take cancellations,
+admit waiting sentences while the running batch has token and row budget left (the engine
+encodes them before its next step), run one decoder step for every lane with rows, and hand
+each finished sentence to its request at once. A request's future resolves, via
+``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever else is running.
+
+The token budget reserves a sentence's worst case up front, ``beam * (source + max target)``,
+so a batch admitted under the budget can never outgrow it while it decodes: nothing has to be
+preempted, and the batch's memory stays bounded. A sentence is always admitted into an empty
+batch, so an oversize one runs alone rather than never.
+
+Engines are not thread-safe; only this thread touches batches. The lock guards the queue and
+the cancellation list, and is never held while an engine runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.decoding import DecodeOptions, Engine, Translation
+    from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerError(Exception):
+    """Base of the scheduler's refusals."""
+
+
+class QueueFull(SchedulerError):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"queue full; retry in {retry_after}s")
+        self.retry_after = retry_after
+
+
+class ShuttingDown(SchedulerError):
+    def __init__(self) -> None:
+        super().__init__("the service is shutting down")
+
+
+class DeadlineExceeded(SchedulerError):
+    def __init__(self) -> None:
+        super().__init__("the request's deadline passed before its translation finished")
+
+
+class SchedulerFailed(SchedulerError):
+    def __init__(self) -> None:
+        super().__init__("the scheduler thread has stopped after an internal error")
+
+
+@dataclass(eq=False)
+class _Request:
+    pair: str
+    sources: Sequence[Sequence[int]]
+    options: DecodeOptions
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[Translation]]
+    results: list[Translation | None]
+    remaining: int
+    jobs: list[_Job] = field(default_factory=list)
+    cancelled: bool = False  # deadline passed, client gone, or failed: drop its sentences
+
+
+@dataclass(eq=False)  # hashed by identity: a job is its own key in the engine's batch
+class _Job:
+    request: _Request
+    index: int
+    cost: int
+    rows: int
+    enqueued_at: float
+    in_batch: bool = False  # added to the engine's batch (its encoder ran)
+
+
+class _Lane:
+    """The queue and running batch of one language pair."""
+
+    def __init__(self, pair: str, engine: Engine) -> None:
+        self.pair = pair
+        self.engine = engine
+        self.batch = engine.new_batch()
+        # Waiting sentences by request, in arrival order; admission takes one sentence from
+        # each request in turn (see Scheduler._admit).
+        self.waiting: OrderedDict[_Request, deque[_Job]] = OrderedDict()
+        self.running: set[_Job] = set()
+        self.tokens = 0
+        self.rows = 0
+
+    def release(self, job: _Job) -> None:
+        if job in self.running:
+            self.running.discard(job)
+            self.tokens -= job.cost
+            self.rows -= job.rows
+
+
+class _Throughput:
+    """Finished sentences per second, smoothed; only used to suggest Retry-After."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self._count = 0
+        self._since = time.monotonic()
+
+    def add(self, finished: int) -> None:
+        self._count += finished
+        now = time.monotonic()
+        elapsed = now - self._since
+        if elapsed >= 1.0:
+            current = self._count / elapsed
+            self.rate = current if self.rate == 0 else 0.7 * self.rate + 0.3 * current
+            self._count, self._since = 0, now
+
+
+def reserved_tokens(source_length: int, options: DecodeOptions) -> int:
+    """Worst-case tokens a sentence holds in the batch: every beam row, source plus target."""
+    ratio_cap = int(getattr(options, "max_length_ratio", 2.0) * source_length) + 10
+    target = min(getattr(options, "max_length", 256), ratio_cap)
+    return getattr(options, "beam_size", 1) * (source_length + target)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        *,
+        max_batch_tokens: int = 8192,
+        max_batch_rows: int = 128,
+        max_queue: int = 2048,
+        batching: bool = True,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._lanes = {pair: _Lane(pair, engine) for pair, engine in engines.items()}
+        self._max_tokens = max_batch_tokens
+        self._max_rows = max_batch_rows
+        self._max_queue = max_queue
+        self._batching = batching
+        self._metrics = metrics
+        self._cond = threading.Condition()
+        self._waiting = 0
+        self._cancelled: list[_Request] = []
+        self._accepting = True
+        self._stopping = False
+        self._failed = False
+        self._throughput = _Throughput()
+        self._thread: threading.Thread | None = None
+
+    # -- event-loop side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._waiting
+
+    @property
+    def in_flight(self) -> int:
+        """Sentences in running batches."""
+        return sum(len(lane.running) for lane in self._lanes.values())
+
+    @property
+    def failed(self) -> bool:
+        """The thread died of an internal error; only a restart helps."""
+        return self._failed
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting and not self._failed
+
+    async def translate(
+        self,
+        pair: str,
+        sources: Sequence[Sequence[int]],
+        options: DecodeOptions,
+        deadline: float | None = None,
+    ) -> list[Translation]:
+        """Translate tokenised sentences; ``deadline`` is in ``loop.time()`` terms.
+
+        Raises QueueFull or ShuttingDown without accepting anything, DeadlineExceeded after
+        dropping the request's sentences, or the engine's error for a sentence it refused.
+        """
+        if not sources:
+            return []
+        loop = asyncio.get_running_loop()
+        request = _Request(
+            pair=pair,
+            sources=sources,
+            options=options,
+            loop=loop,
+            future=loop.create_future(),
+            results=[None] * len(sources),
+            remaining=len(sources),
+        )
+        self._submit(request)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await request.future
+        except TimeoutError:
+            raise DeadlineExceeded() from None
+        finally:
+            # Deadline, client disconnect (task cancelled): free the batch rows now.
+            if not request.future.done() or request.future.cancelled():
+                self._cancel(request)
+
+    def _submit(self, request: _Request) -> None:
+        lane = self._lanes[request.pair]
+        now = time.monotonic()
+        with self._cond:
+            if self._failed:
+                raise SchedulerFailed()
+            if not self._accepting:
+                raise ShuttingDown()
+            count = len(request.sources)
+            # An empty queue takes any request, so one larger than MAX_QUEUE still runs.
+            if self._waiting and self._waiting + count > self._max_queue:
+                raise QueueFull(self._retry_after())
+            beam = getattr(request.options, "beam_size", 1)
+            for index, source in enumerate(request.sources):
+                job = _Job(request, index, reserved_tokens(len(source), request.options), beam, now)
+                request.jobs.append(job)
+            lane.waiting[request] = deque(request.jobs)
+            self._waiting += count
+            self._cond.notify_all()
+        self._set_queue_gauge()
+
+    def _retry_after(self) -> int:
+        rate = self._throughput.rate
+        if rate <= 0:
+            return 1
+        return max(1, min(60, math.ceil(self._waiting / rate)))
+
+    def _cancel(self, request: _Request) -> None:
+        with self._cond:
+            if request.cancelled:
+                return
+            request.cancelled = True
+            self._waiting -= len(self._lanes[request.pair].waiting.pop(request, ()))
+            self._cancelled.append(request)  # the thread drops its running rows
+            self._cond.notify_all()
+        self._set_queue_gauge()
+
+    def stop_accepting(self) -> None:
+        with self._cond:
+            self._accepting = False
+
+    async def drain(self, grace_s: float) -> bool:
+        """Stop admitting, let accepted work finish for up to ``grace_s``, stop the thread.
+
+        Whatever is still unfinished after the grace period fails with ShuttingDown. Returns
+        whether everything accepted finished.
+        """
+        self.stop_accepting()
+        drained = await asyncio.to_thread(self.wait_idle, grace_s)
+        await asyncio.to_thread(self.stop)
+        return drained
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._failed or self._idle(), timeout)
+
+    def stop(self, timeout: float | None = None) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- scheduler thread ------------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return not self._waiting and not self._cancelled and not self.in_flight
+
+    def _run(self) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopping and self._idle():
+                        self._cond.notify_all()  # wake drain() waiters
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                    cancelled, self._cancelled = self._cancelled, []
+                    admitted = {lane: self._admit(lane) for lane in self._lanes.values()}
+                self._set_queue_gauge()
+                for lane in self._lanes.values():
+                    self._drop(lane, cancelled)
+                    self._encode(lane, admitted[lane])
+                    self._step(lane)
+                    if self._metrics is not None:
+                        self._metrics.running_sentences.labels(lane.pair).set(len(lane.running))
+        except BaseException as exc:  # a bug here must not leave requests hanging
+            log.exception("scheduler thread failed")
+            error = exc
+        finally:
+            with self._cond:
+                self._failed = error is not None
+                self._stopping = True
+                leftovers = {request for lane in self._lanes.values() for request in lane.waiting}
+                leftovers |= {job.request for lane in self._lanes.values() for job in lane.running}
+                for lane in self._lanes.values():
+                    lane.waiting.clear()
+                self._waiting = 0
+                self._cond.notify_all()
+            for request in leftovers:
+                self._settle(request, exception=SchedulerFailed() if error else ShuttingDown())
+
+    def _admit(self, lane: _Lane) -> list[_Job]:
+        """Move waiting jobs into the running set while the budget allows (lock held).
+
+        Requests take turns, one sentence each, in arrival order: a one-sentence request that
+        arrives behind a thousand-sentence one joins at the next free slot instead of after
+        all thousand. When the next sentence in turn does not fit, admission stops rather than
+        skipping it, so a large sentence cannot be starved by a stream of small ones.
+        """
+        admitted: list[_Job] = []
+        while lane.waiting:
+            request, jobs = next(iter(lane.waiting.items()))
+            job = jobs[0]
+            if lane.running:
+                if not self._batching:
+                    break
+                over_tokens = lane.tokens + job.cost > self._max_tokens
+                if over_tokens or lane.rows + job.rows > self._max_rows:
+                    break
+            jobs.popleft()
+            if jobs:
+                lane.waiting.move_to_end(request)
+            else:
+                del lane.waiting[request]
+            self._waiting -= 1
+            lane.running.add(job)
+            lane.tokens += job.cost
+            lane.rows += job.rows
+            admitted.append(job)
+        return admitted
+
+    def _drop(self, lane: _Lane, cancelled: list[_Request]) -> None:
+        for request in cancelled:
+            for job in request.jobs:
+                if job in lane.running:
+                    if job.in_batch:
+                        lane.batch.remove(job)
+                    lane.release(job)
+                    self._count(lane, "dropped")
+
+    def _encode(self, lane: _Lane, jobs: list[_Job]) -> None:
+        now = time.monotonic()
+        for job in jobs:
+            request = job.request
+            if request.cancelled:  # failed earlier in this loop
+                lane.release(job)
+                continue
+            source = request.sources[job.index]
+            try:
+                lane.batch.add(job, list(source), request.options)
+                job.in_batch = True
+            except Exception as exc:
+                # The engine refused this sentence (e.g. too long): fail its request only.
+                lane.release(job)
+                self._count(lane, "failed")
+                self._fail(lane, request, exc)
+                continue
+            if self._metrics is not None:
+                self._metrics.queue_wait.observe(now - job.enqueued_at)
+                self._metrics.source_tokens.labels(lane.pair).inc(len(source))
+
+    def _step(self, lane: _Lane) -> None:
+        if not lane.running:
+            return
+        rows = lane.batch.num_rows
+        try:
+            finished = lane.batch.step()
+        except Exception as exc:
+            # The batch's state is unknown after a failed step: fail its requests, start afresh.
+            log.exception("decoder step failed for %s; failing %d sentences", lane.pair, rows)
+            requests = {job.request for job in lane.running}
+            lane.running.clear()
+            lane.tokens = lane.rows = 0
+            lane.batch = lane.engine.new_batch()
+            for request in requests:
+                self._fail(lane, request, exc)
+            return
+        if self._metrics is not None:
+            self._metrics.decode_steps.labels(lane.pair).inc()
+            self._metrics.batch_rows.labels(lane.pair).observe(rows)
+        for job, translation in finished:
+            if job not in lane.running:
+                continue
+            lane.release(job)
+            request = job.request
+            if request.cancelled:
+                continue
+            self._count(lane, "done", translation)
+            request.results[job.index] = translation
+            request.remaining -= 1
+            if request.remaining == 0:
+                self._settle(request, result=request.results)
+        self._throughput.add(len(finished))
+
+    def _fail(self, lane: _Lane, request: _Request, exc: BaseException) -> None:
+        with self._cond:
+            if not request.cancelled:
+                request.cancelled = True
+                self._waiting -= len(lane.waiting.pop(request, ()))
+        self._drop(lane, [request])
+        self._settle(request, exception=exc)
+
+    def _settle(
+        self,
+        request: _Request,
+        result: list[Any] | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        def settle() -> None:
+            if request.future.done():  # the request gave up already
+                return
+            if exception is not None:
+                request.future.set_exception(exception)
+            else:
+                request.future.set_result(result)
+
+        # A closed loop means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            request.loop.call_soon_threadsafe(settle)
+
+    def _count(self, lane: _Lane, outcome: str, translation: Translation | None = None) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.sentences.labels(lane.pair, outcome).inc()
+        if translation is not None:
+            best = translation.hypotheses[0]
+            self._metrics.generated_tokens.labels(lane.pair).inc(len(best.token_ids))
+
+    def _set_queue_gauge(self) -> None:
+        if self._metrics is not None:
+            self._metrics.queue_depth.set(self._waiting)

@@ -1,0 +1,90 @@
+"""Request and response bodies.
+
+Requests are strict (no "4" for 4, no true for 1) and closed (unknown fields are errors): a typo
+such as ``beamsize`` must fail loudly rather than be ignored. Limits that depend on settings
+(``MAX_BEAM``, ``MAX_CHARS``, ...) are checked in the route, where the settings are.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"text": "Hello world.", "source_lang": "en", "target_lang": "de"},
+                {"text": ["First text.", "Second one."], "beam_size": 4, "num_alternatives": 2},
+            ]
+        },
+    )
+
+    text: str | list[str] = Field(
+        description="A text or a list of texts; each may hold several sentences and paragraphs."
+    )
+    source_lang: str | None = Field(
+        None, min_length=1, max_length=16, description="Source language; default: inferred."
+    )
+    target_lang: str | None = Field(
+        None, min_length=1, max_length=16, description="Target language; default: inferred."
+    )
+    beam_size: int | None = Field(None, ge=1, description="Beam width; 1 is greedy decoding.")
+    max_length: int | None = Field(
+        None, ge=1, description="Most target tokens generated per sentence."
+    )
+    num_alternatives: int = Field(
+        0, ge=0, description="Extra translations besides the best; needs beam_size > this."
+    )
+    return_scores: bool = Field(
+        False, description="Include each translation's length-normalised log-probability."
+    )
+
+
+class Alternative(BaseModel):
+    text: str
+    score: float | None = None
+
+
+class TranslationResult(BaseModel):
+    text: str = Field(description="The translation, with the input's whitespace and layout.")
+    score: float | None = Field(
+        None, description="Mean log-probability per token (only with return_scores)."
+    )
+    alternatives: list[Alternative] | None = Field(
+        None, description="Next-best translations, best first (only with num_alternatives)."
+    )
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationResult] = Field(
+        description="One result per input text, in order."
+    )
+    source_lang: str
+    target_lang: str
+
+
+class LanguagePair(BaseModel):
+    source_lang: str
+    target_lang: str
+    model: str = Field(description="The bundle serving this pair.")
+
+
+class LanguagesResponse(BaseModel):
+    pairs: list[LanguagePair]
+
+
+class StatusResponse(BaseModel):
+    status: str
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. queue_full.")
+    message: str
+    field: str | None = Field(None, description="The request field at fault, e.g. text[2].")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

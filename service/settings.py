@@ -1,0 +1,99 @@
+"""Every knob of the service, read from environment variables in this one place.
+
+Names are the plain field names in upper case (``MODEL_DIR``, ``MAX_QUEUE``, ...), with no prefix,
+so a container's environment reads like the documentation. A ``.env`` file is not read: the
+environment is the only source, which keeps what runs equal to what ``env`` shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# The package sits beside models/ in a checkout and in the images, so the default needs no config.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def _comma_list(value: object) -> object:
+    # Environment values are plain strings such as "key1,key2"; JSON lists would surprise operators.
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    model_dir: Path = Field(
+        DEFAULT_MODEL_DIR,
+        description="Directory of bundles (each a subdirectory with manifest.json), or one bundle.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where onnxruntime runs: cuda when available with 'auto'."
+    )
+    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads; 0 = all cores.")
+    variant: str | None = Field(
+        None, description="Bundle variant to serve (fp32, int8); default: the manifest's choice."
+    )
+
+    batching: bool = Field(
+        True,
+        description="Continuous batching; off decodes one sentence at a time (for benchmarks).",
+    )
+    max_batch_tokens: int = Field(
+        8192,
+        ge=1,
+        description="Budget of source + target tokens (times beam) reserved by the running batch.",
+    )
+    max_batch_rows: int = Field(
+        128, ge=1, description="Most decoder rows in the running batch (beam_size per sentence)."
+    )
+    max_queue: int = Field(
+        2048, ge=1, description="Most sentences waiting to join the batch before 429 responses."
+    )
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="Deadline of one request; past it the request gets 504."
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="How long shutdown waits for accepted requests to finish."
+    )
+
+    max_chars: int = Field(10_000, ge=1, description="Most characters in one text (else 413).")
+    max_texts: int = Field(64, ge=1, description="Most texts in one request (else 413).")
+    max_beam: int = Field(8, ge=1, description="Largest beam_size a request may ask for.")
+    default_beam: int = Field(1, ge=1, description="beam_size used when a request gives none.")
+    max_length: int = Field(
+        256, ge=1, description="Cap on generated tokens per sentence; also the request default."
+    )
+
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated bearer tokens for /translate and /languages; empty = open.",
+        repr=False,  # keeps the keys out of logged settings
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated origins allowed by CORS; '*' for any."
+    )
+
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="Log level of the service and uvicorn."
+    )
+    log_json: bool = Field(False, description="One JSON object per log line.")
+    host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 inside a container.")
+    port: int = Field(8000, ge=0, le=65535, description="Bind port.")
+
+    _split_lists = field_validator("api_keys", "cors_origins", mode="before")(_comma_list)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _default_beam_allowed(self) -> Settings:
+        if self.default_beam > self.max_beam:
+            raise ValueError("DEFAULT_BEAM must not exceed MAX_BEAM")
+        return self

@@ -1,0 +1,676 @@
+"""The HTTP API: round trips, limits and errors, auth, readiness, metrics, shutdown.
+
+Contract tests (errors, limits, auth, readiness) run against ``FakeEngine`` bundles so they are
+fast and deterministic; translations and concurrency run against the real tiny bundle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import logging.config
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from service.main import create_app, logging_config
+from service.settings import Settings
+from tests.test_scheduler import FakeEngine
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def fake_models(root: Path, *pairs: str) -> Path:
+    for pair in pairs:
+        (root / pair).mkdir(parents=True)
+        (root / pair / "manifest.json").write_text("{}")
+    return root
+
+
+def fake_factory(**engine_kwargs: Any) -> Callable[[Path, Settings], FakeEngine]:
+    def build(directory: Path, settings: Settings) -> FakeEngine:
+        source, target = directory.name.split("-")
+        return FakeEngine(directory, source_lang=source, target_lang=target, **engine_kwargs)
+
+    return build
+
+
+@asynccontextmanager
+async def serving(app: FastAPI, wait: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, and a client talking to it in-process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            if wait:
+                await wait_ready(client)
+            yield client
+
+
+async def wait_ready(client: httpx.AsyncClient, timeout: float = 60) -> None:
+    stop = time.monotonic() + timeout
+    while (response := await client.get("/ready")).status_code != 200:
+        assert response.json()["error"]["code"] in ("not_ready",), response.text
+        assert time.monotonic() < stop, "service never became ready"
+        await asyncio.sleep(0.01)
+
+
+def fake_app(tmp_path: Path, *pairs: str, engine_kwargs: dict | None = None, **settings) -> FastAPI:
+    models = fake_models(tmp_path / "models", *(pairs or ("en-de",)))
+    return create_app(
+        Settings(model_dir=models, **settings), engine_factory=fake_factory(**(engine_kwargs or {}))
+    )
+
+
+def engine_of(app: FastAPI, pair: tuple[str, str] = ("en", "de")) -> FakeEngine:
+    return app.state.service.engines[pair]
+
+
+def assert_error(response: httpx.Response, status: int, code: str, field: str | None = None):
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["error"].get("field") == field, body
+
+
+def run(coroutine) -> Any:
+    return asyncio.run(coroutine)
+
+
+# -- contract, with fake engines ----------------------------------------------------------------
+
+
+def test_round_trip_keeps_layout_and_order(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post("/translate", json={"text": "hello world"})
+            assert response.status_code == 200
+            assert response.json() == {
+                "translations": [{"text": "HELLO WORLD"}],
+                "source_lang": "en",
+                "target_lang": "de",
+            }
+            text = "  First one. Second one!\n\nThird para.\n"
+            response = await client.post("/translate", json={"text": [text, "x", ""]})
+            results = [r["text"] for r in response.json()["translations"]]
+            assert results == ["  FIRST ONE. SECOND ONE!\n\nTHIRD PARA.\n", "X", ""]
+
+    run(main())
+
+
+def test_empty_texts_come_back_without_touching_the_model(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            steps = engine_of(app).steps
+            response = await client.post(
+                "/translate", json={"text": ["", "   ", "\n\n\t"], "return_scores": True}
+            )
+            assert response.status_code == 200
+            assert response.json()["translations"] == [
+                {"text": ""},
+                {"text": "   "},
+                {"text": "\n\n\t"},
+            ]
+            assert engine_of(app).steps == steps
+            response = await client.post("/translate", json={"text": []})
+            assert response.json()["translations"] == []
+
+    run(main())
+
+
+def test_scores_and_alternatives(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post(
+                "/translate",
+                json={"text": "Ab cd. Ef", "num_alternatives": 2, "return_scores": True},
+            )
+            (result,) = response.json()["translations"]
+            assert result["text"] == "AB CD. EF"
+            assert result["score"] == pytest.approx(-0.1)
+            assert [a["text"] for a in result["alternatives"]] == ["AB CD.! EF!", "AB CD.!! EF!!"]
+            assert [a["score"] for a in result["alternatives"]] == pytest.approx([-0.2, -0.3])
+            response = await client.post("/translate", json={"text": "a", "beam_size": 2})
+            assert "alternatives" not in response.json()["translations"][0]
+
+    run(main())
+
+
+def test_sentences_longer_than_the_model_are_split_not_cut(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, engine_kwargs={"max_source_tokens": 6})
+
+    async def main() -> None:
+        async with serving(app) as client:
+            text = " ".join(f"w{i}" for i in range(23)) + "."
+            response = await client.post("/translate", json={"text": text})
+            assert response.status_code == 200
+            assert response.json()["translations"][0]["text"] == text.upper()
+
+    run(main())
+
+
+def test_repeated_sentences_are_decoded_once(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            before = app.state.service.metrics.registry.get_sample_value(
+                "translate_sentences_total", {"pair": "en-de", "outcome": "done"}
+            )
+            response = await client.post("/translate", json={"text": ["Same.", "Same. Same."]})
+            assert [t["text"] for t in response.json()["translations"]] == ["SAME.", "SAME. SAME."]
+            after = app.state.service.metrics.registry.get_sample_value(
+                "translate_sentences_total", {"pair": "en-de", "outcome": "done"}
+            )
+            assert after - before == 1
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code", "field"),
+    [
+        (b'{"text": "a"', 400, "invalid_json", None),
+        (b"", 400, "invalid_json", None),
+        (b'{"text": "caf\xe9"}', 400, "invalid_encoding", None),
+        (b'{"text": "a\\ud800"}', 400, "invalid_json", None),
+        (b'["a"]', 422, "invalid_body", None),
+        (b"null", 422, "invalid_body", None),
+        (b"{}", 422, "missing_field", "text"),
+        (b'{"text": "a", "beamsize": 2}', 422, "unknown_field", "beamsize"),
+        (b'{"text": 5}', 422, "invalid_field", "text"),
+        (b'{"text": null}', 422, "invalid_field", "text"),
+        (b'{"text": ["a", 3]}', 422, "invalid_field", "text[1]"),
+        (b'{"text": "a", "beam_size": "4"}', 422, "invalid_field", "beam_size"),
+        (b'{"text": "a", "beam_size": 2.5}', 422, "invalid_field", "beam_size"),
+        (b'{"text": "a", "beam_size": 0}', 422, "invalid_field", "beam_size"),
+        (b'{"text": "a", "beam_size": 9}', 422, "invalid_field", "beam_size"),
+        (b'{"text": "a", "max_length": 0}', 422, "invalid_field", "max_length"),
+        (b'{"text": "a", "max_length": 257}', 422, "invalid_field", "max_length"),
+        (b'{"text": "a", "num_alternatives": -1}', 422, "invalid_field", "num_alternatives"),
+        (
+            b'{"text": "a", "beam_size": 2, "num_alternatives": 2}',
+            422,
+            "invalid_field",
+            "num_alternatives",
+        ),
+        (b'{"text": "a", "num_alternatives": 8}', 422, "invalid_field", "num_alternatives"),
+        (b'{"text": "a", "return_scores": "yes"}', 422, "invalid_field", "return_scores"),
+        (b'{"text": "a", "source_lang": 5}', 422, "invalid_field", "source_lang"),
+        (b'{"text": "a", "target_lang": "fr"}', 422, "unsupported_language_pair", "target_lang"),
+        (b'{"text": "a", "source_lang": "xx"}', 422, "unsupported_language_pair", "source_lang"),
+        (b'{"text": "a", "source_lang": ""}', 422, "invalid_field", "source_lang"),
+        (b'{"text": ["a", "b", "c", "d", "e"]}', 413, "too_many_texts", "text"),
+        (b'{"text": ["a", "' + b"x" * 101 + b'"]}', 413, "text_too_long", "text[1]"),
+        (b'{"text": "' + b"x" * 101 + b'"}', 413, "text_too_long", "text"),
+    ],
+)
+def test_bad_requests_get_their_documented_error(
+    tmp_path: Path, content: bytes, status: int, code: str, field: str | None
+) -> None:
+    app = fake_app(tmp_path, max_texts=4, max_chars=100)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post(
+                "/translate", content=content, headers={"content-type": "application/json"}
+            )
+            assert_error(response, status, code, field)
+
+    run(main())
+
+
+def test_limits_other_routes_and_content_types(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, max_texts=4, max_chars=100)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            huge = json.dumps({"text": ["x"] * 200_000}).encode()
+            assert_error(await client.post("/translate", content=huge), 413, "body_too_large")
+            many = json.dumps({"text": [""] * 1000}).encode()
+            response = await client.post("/translate", content=many)
+            assert_error(response, 413, "too_many_texts", "text")
+            assert_error(await client.get("/nowhere"), 404, "not_found")
+            response = await client.get("/translate")
+            assert_error(response, 405, "method_not_allowed")
+            assert "POST" in response.headers["allow"]
+            # curl -d sends a form content type; the JSON body is still read.
+            response = await client.post(
+                "/translate",
+                content=b'{"text": "a"}',
+                headers={"content-type": "application/x-www-form-urlencoded"},
+            )
+            assert response.status_code == 200
+
+    run(main())
+
+
+def test_a_byte_order_mark_is_tolerated(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post("/translate", content=b'\xef\xbb\xbf{"text": "bom"}')
+            assert response.json()["translations"] == [{"text": "BOM"}]
+
+    run(main())
+
+
+def test_api_keys(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, api_keys="k1,k2")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "k1"}):
+                response = await client.post("/translate", json={"text": "a"}, headers=headers)
+                assert_error(response, 401, "unauthorized")
+                assert response.headers["www-authenticate"] == "Bearer"
+            assert_error(await client.get("/languages"), 401, "unauthorized")
+            ok = await client.post(
+                "/translate", json={"text": "a"}, headers={"authorization": "Bearer k2"}
+            )
+            assert ok.status_code == 200
+            for path in ("/health", "/ready", "/metrics"):
+                assert (await client.get(path)).status_code == 200
+
+    run(main())
+
+
+def test_ready_is_503_until_loaded_and_warmed_up(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def slow_factory(directory: Path, settings: Settings) -> FakeEngine:
+        release.wait(10)
+        return FakeEngine(directory)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models), engine_factory=slow_factory)
+
+    async def main() -> None:
+        async with serving(app, wait=False) as client:
+            assert (await client.get("/health")).status_code == 200
+            assert_error(await client.get("/ready"), 503, "not_ready")
+            response = await client.post("/translate", json={"text": "a"})
+            assert_error(response, 503, "not_ready")
+            assert response.headers["retry-after"]
+            assert (await client.get("/languages")).json() == {"pairs": []}
+            release.set()
+            await wait_ready(client)
+            assert (await client.post("/translate", json={"text": "a"})).status_code == 200
+
+    run(main())
+
+
+def test_a_failed_load_fails_health(tmp_path: Path) -> None:
+    app = create_app(Settings(model_dir=tmp_path / "empty"))
+
+    async def main() -> None:
+        async with serving(app, wait=False) as client:
+            for _ in range(200):
+                if app.state.service.phase == "failed":
+                    break
+                await asyncio.sleep(0.01)
+            assert_error(await client.get("/health"), 503, "load_failed")
+            assert_error(await client.get("/ready"), 503, "load_failed")
+
+    run(main())
+
+
+def test_languages_and_pair_choice(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, "en-de", "de-en", "en-fr")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            pairs = (await client.get("/languages")).json()["pairs"]
+            assert [(p["source_lang"], p["target_lang"], p["model"]) for p in pairs] == [
+                ("de", "en", "de-en"),
+                ("en", "de", "en-de"),
+                ("en", "fr", "en-fr"),
+            ]
+
+            async def pair_for(**langs: str) -> tuple[str, str]:
+                body = (await client.post("/translate", json={"text": "a", **langs})).json()
+                return body["source_lang"], body["target_lang"]
+
+            assert await pair_for() == ("en", "de")  # the default pair
+            assert await pair_for(target_lang="FR") == ("en", "fr")
+            assert await pair_for(source_lang="de") == ("de", "en")
+            assert await pair_for(target_lang="en") == ("de", "en")
+            response = await client.post("/translate", json={"text": "a", "target_lang": "xx"})
+            assert_error(response, 422, "unsupported_language_pair", "target_lang")
+
+    run(main())
+
+
+def test_ambiguous_pair(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, "fr-es", "fr-it")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post("/translate", json={"text": "a"})
+            assert_error(response, 422, "ambiguous_language_pair", "target_lang")
+            response = await client.post("/translate", json={"text": "a", "target_lang": "it"})
+            assert response.json()["source_lang"] == "fr"
+
+    run(main())
+
+
+def test_queue_full_is_429_and_accepted_requests_are_answered(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, engine_kwargs={"step_s": 0.005}, max_queue=3, max_batch_rows=1)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            texts = [f"t{i} u{i} v{i}" for i in range(30)]
+            responses = await asyncio.gather(
+                *(client.post("/translate", json={"text": text}) for text in texts)
+            )
+            statuses = [r.status_code for r in responses]
+            assert set(statuses) == {200, 429}, statuses
+            for text, response in zip(texts, responses, strict=True):
+                if response.status_code == 200:
+                    assert response.json()["translations"][0]["text"] == text.upper()
+                else:
+                    assert_error(response, 429, "queue_full")
+                    assert int(response.headers["retry-after"]) >= 1
+            assert app.state.service.scheduler.queue_depth == 0
+
+    run(main())
+
+
+def test_deadline_gives_504_and_drops_the_sentences(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, engine_kwargs={"step_s": 0.005}, request_timeout_s=0.1)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            long_text = " ".join(f"w{i}" for i in range(60))
+            slow, quick = await asyncio.gather(
+                client.post("/translate", json={"text": long_text}),
+                client.post("/translate", json={"text": "fast"}),
+            )
+            assert_error(slow, 504, "timeout")
+            assert quick.json()["translations"][0]["text"] == "FAST"
+            scheduler = app.state.service.scheduler
+            await asyncio.to_thread(scheduler.wait_idle, 5)
+            assert len(engine_of(app).removed) == 1
+
+    run(main())
+
+
+def test_metrics_endpoint(tmp_path: Path) -> None:
+    app = fake_app(tmp_path)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            await client.post("/translate", json={"text": "a b"})
+            await client.post("/translate", json={"text": 1})
+            await client.get("/nowhere/at/all")
+            text = (await client.get("/metrics")).text
+            for line in (
+                'translate_http_requests_total{method="POST",route="/translate",status="200"} 1.0',
+                'translate_http_requests_total{method="POST",route="/translate",status="422"} 1.0',
+                'translate_http_requests_total{method="GET",route="unmatched",status="404"} 1.0',
+                "translate_queue_depth 0.0",
+            ):
+                assert line in text, line
+            for name in (
+                "translate_http_request_duration_seconds_bucket",
+                "translate_batch_rows_bucket",
+                "translate_decode_steps_total",
+                "translate_generated_tokens_total",
+            ):
+                assert name in text
+
+    run(main())
+
+
+def test_cors_and_docs(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, cors_origins="https://example.org")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.options(
+                "/translate",
+                headers={
+                    "origin": "https://example.org",
+                    "access-control-request-method": "POST",
+                },
+            )
+            assert response.headers["access-control-allow-origin"] == "https://example.org"
+            assert (await client.get("/docs")).status_code == 200
+            schema = (await client.get("/openapi.json")).json()
+            body = schema["paths"]["/translate"]["post"]["requestBody"]
+            assert "text" in body["content"]["application/json"]["schema"]["properties"]
+
+    run(main())
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAX_QUEUE", "7")
+    monkeypatch.setenv("API_KEYS", " a , b,")
+    monkeypatch.setenv("BATCHING", "false")
+    monkeypatch.setenv("LOG_LEVEL", "WARNING")
+    settings = Settings()
+    assert (settings.max_queue, settings.api_keys, settings.batching) == (7, ["a", "b"], False)
+    assert settings.log_level == "warning"
+    assert "api_keys" not in repr(settings)  # keys stay out of logged settings
+    assert Settings.model_fields["model_dir"].default.name == "models"
+
+
+def test_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    logging.config.dictConfig(logging_config(Settings(log_json=True, log_level="info")))
+    try:
+        logging.getLogger("service").info("hello %s", "there")
+        entry = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert (entry["level"], entry["logger"], entry["message"]) == (
+            "info",
+            "service",
+            "hello there",
+        )
+    finally:
+        root.handlers[:], root.level = saved
+
+
+# -- shutdown, with a real server -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def uvicorn_server(app: FastAPI) -> AsyncIterator[tuple[uvicorn.Server, str]]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=url) as client:
+        for _ in range(500):
+            try:
+                if (await client.get("/ready")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.02)
+    try:
+        yield server, url
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def test_graceful_shutdown_completes_in_flight_requests(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, engine_kwargs={"step_s": 0.01}, shutdown_grace_s=10)
+    long_text = " ".join(f"w{i}" for i in range(50))  # ~0.5 s of decoding
+
+    async def main() -> None:
+        async with (
+            uvicorn_server(app) as (server, url),
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+        ):
+            pending = asyncio.create_task(client.post("/translate", json={"text": long_text}))
+            scheduler = app.state.service.scheduler
+            while not scheduler.in_flight:
+                await asyncio.sleep(0.005)
+            server.should_exit = True
+            response = await pending
+            assert response.status_code == 200
+            assert response.json()["translations"][0]["text"] == long_text.upper()
+        assert app.state.service.phase == "draining"
+        assert not scheduler.accepting
+
+    run(main())
+
+
+def test_a_client_hanging_up_frees_its_rows(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, engine_kwargs={"step_s": 0.03})
+    long_text = " ".join(f"w{i}" for i in range(60))  # ~2 s of decoding
+
+    async def main() -> None:
+        async with uvicorn_server(app) as (_, url):
+            async with httpx.AsyncClient(base_url=url, timeout=0.3) as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.post("/translate", json={"text": long_text})
+            scheduler = app.state.service.scheduler
+            assert await asyncio.to_thread(scheduler.wait_idle, 1.0)
+            assert len(engine_of(app).removed) == 1
+            async with httpx.AsyncClient(base_url=url) as client:
+                metrics = (await client.get("/metrics")).text
+            assert 'route="/translate",status="499"' in metrics
+
+    run(main())
+
+
+# -- the real tiny model --------------------------------------------------------------------------
+
+
+def fixture_pairs() -> list[tuple[str, str]]:
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines()
+    return [tuple(line.split("\t")[:2]) for line in lines if line.strip()]  # type: ignore[misc]
+
+
+@pytest.fixture
+def real_app(tiny_bundle: Path) -> FastAPI:
+    return create_app(Settings(model_dir=tiny_bundle, device="cpu", threads=1))
+
+
+def test_real_round_trip(real_app: FastAPI) -> None:
+    pairs = fixture_pairs()
+
+    async def main() -> None:
+        async with serving(real_app) as client:
+            languages = (await client.get("/languages")).json()["pairs"]
+            assert len(languages) == 1
+            (source, target), (source2, target2) = pairs[0], pairs[1]
+            response = await client.post("/translate", json={"text": source})
+            assert response.json()["translations"][0]["text"] == target
+            text = f"  {source} {source2}\n\n{pairs[2][0]}\n"
+            response = await client.post(
+                "/translate", json={"text": [text, "  "], "return_scores": True}
+            )
+            first, blank = response.json()["translations"]
+            assert first["text"] == f"  {target} {target2}\n\n{pairs[2][1]}\n"
+            assert first["score"] <= 0
+            assert blank == {"text": "  "}
+            response = await client.post(
+                "/translate", json={"text": source, "beam_size": 3, "num_alternatives": 2}
+            )
+            result = response.json()["translations"][0]
+            assert result["text"] == target
+            assert 1 <= len(result["alternatives"]) <= 2
+
+    run(main())
+
+
+def test_real_overlong_input_is_split_and_translated(real_app: FastAPI, tiny_bundle: Path) -> None:
+    async def main() -> None:
+        async with serving(real_app) as client:
+            engine = real_app.state.service.engines[("en", "de")]
+            sentence = " ".join(["the cat is sleeping on the sofa"] * 40)
+            assert len(engine.tokenize(sentence)) > engine.max_source_tokens
+            response = await client.post("/translate", json={"text": sentence, "max_length": 8})
+            assert response.status_code == 200
+            assert response.json()["translations"][0]["text"]
+
+    run(main())
+
+
+def test_64_concurrent_requests_equal_64_sequential_ones(real_app: FastAPI) -> None:
+    pairs = fixture_pairs()
+    bodies = [
+        {"text": pairs[i % len(pairs)][0], "beam_size": 1 + i % 3, "return_scores": True}
+        for i in range(64)
+    ]
+
+    async def main() -> None:
+        async with serving(real_app) as client:
+            sequential = [(await client.post("/translate", json=b)).json() for b in bodies]
+            concurrent = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
+            concurrent_json = [r.json() for r in concurrent]
+            for seq, con in zip(sequential, concurrent_json, strict=True):
+                assert con["translations"][0]["text"] == seq["translations"][0]["text"]
+                assert con["translations"][0]["score"] == pytest.approx(
+                    seq["translations"][0]["score"], abs=1e-4
+                )
+            steps = real_app.state.service.metrics.registry.get_sample_value
+            assert steps("translate_batch_rows_sum", {"pair": "en-de"}) > steps(
+                "translate_batch_rows_count", {"pair": "en-de"}
+            )  # some steps really ran several rows
+
+    run(main())
+
+
+def test_real_short_request_finishes_while_a_long_batch_runs(real_app: FastAPI) -> None:
+    pairs = fixture_pairs()
+    # Five fixture sentences run together make one long sentence (no inner full stops, so the
+    # splitter keeps it whole); 48 of them with beam 4 fill the batch several times over.
+    long_texts = [
+        ", ".join(s.rstrip(".?!") for s, _ in (pairs * 2)[i : i + 5]) + "." for i in range(0, 48)
+    ]
+
+    async def main() -> None:
+        async with serving(real_app) as client:
+            order: list[str] = []
+
+            async def post(name: str, body: dict) -> httpx.Response:
+                response = await client.post("/translate", json=body)
+                order.append(name)
+                return response
+
+            long = asyncio.create_task(
+                post("long", {"text": long_texts, "beam_size": 4, "max_length": 256})
+            )
+            scheduler = real_app.state.service.scheduler
+            while not scheduler.in_flight:
+                await asyncio.sleep(0.001)
+            short = await post("short", {"text": pairs[0][0]})
+            assert short.json()["translations"][0]["text"] == pairs[0][1]
+            assert (await long).status_code == 200
+            assert order == ["short", "long"]
+
+    run(main())

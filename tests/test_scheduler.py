@@ -1,0 +1,515 @@
+"""The continuous-batching scheduler.
+
+Most tests drive it with ``FakeEngine``, whose sentences take exactly as many decoder steps as
+they have source tokens, so orderings are deterministic; the last ones use the real tiny bundle
+and check that batching changes no translation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Hashable
+from pathlib import Path
+
+import pytest
+
+from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.metrics import Metrics
+from service.scheduler import (
+    DeadlineExceeded,
+    QueueFull,
+    Scheduler,
+    SchedulerFailed,
+    ShuttingDown,
+    reserved_tokens,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
+EOS = 2
+
+
+class FakeBundle:
+    def __init__(self, directory: Path, source_lang: str = "en", target_lang: str = "de"):
+        self.dir = directory
+        self.source_lang = source_lang
+        self.target_lang = target_lang
+        self.manifest = {"source_lang": source_lang, "target_lang": target_lang}
+
+
+class FakeEngine:
+    """Engine stand-in: a sentence of n source tokens needs n decoder steps (capped by its
+    max_length); its "translation" is its words upper-cased. Records what the scheduler does."""
+
+    def __init__(
+        self,
+        directory: Path = Path("fake"),
+        step_s: float = 0.002,
+        max_source_tokens: int = 64,
+        source_lang: str = "en",
+        target_lang: str = "de",
+    ) -> None:
+        self.bundle = FakeBundle(directory, source_lang, target_lang)
+        self.step_s = step_s
+        self.max_source_tokens = max_source_tokens
+        self.vocab: dict[str, int] = {}
+        self.words: dict[int, str] = {}
+        self.fail_next_step = False
+        self.max_rows_seen = 0
+        self.max_sentences_seen = 0
+        self.removed: list[Hashable] = []
+        self.steps = 0
+
+    def tokenize(self, sentence: str) -> list[int]:
+        ids = []
+        for word in sentence.split():
+            if word not in self.vocab:
+                self.vocab[word] = len(self.vocab) + 10
+                self.words[self.vocab[word]] = word
+            ids.append(self.vocab[word])
+        return [*ids, EOS]
+
+    def new_batch(self) -> FakeBatch:
+        return FakeBatch(self)
+
+
+class FakeBatch:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+        self.rows: dict[Hashable, tuple[list[int], DecodeOptions, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(options.beam_size for _, options, _ in self.rows.values())
+
+    def add(self, key: Hashable, source_ids: list[int], options: DecodeOptions) -> None:
+        assert source_ids[-1] == EOS
+        if len(source_ids) > self.engine.max_source_tokens:
+            raise ValueError("source too long")
+        self.rows[key] = (source_ids, options, min(len(source_ids), options.max_length))
+
+    def remove(self, key: Hashable) -> None:
+        del self.rows[key]
+        self.engine.removed.append(key)
+
+    def step(self) -> list[tuple[Hashable, Translation]]:
+        engine = self.engine
+        engine.steps += 1
+        engine.max_rows_seen = max(engine.max_rows_seen, self.num_rows)
+        engine.max_sentences_seen = max(engine.max_sentences_seen, len(self.rows))
+        if engine.fail_next_step:
+            engine.fail_next_step = False
+            raise RuntimeError("decoder exploded")
+        time.sleep(engine.step_s)
+        done = []
+        for key, (source, options, left) in list(self.rows.items()):
+            if left > 1:
+                self.rows[key] = (source, options, left - 1)
+                continue
+            del self.rows[key]
+            words = [engine.words[i].upper() for i in source[:-1]]
+            hypotheses = [
+                Hypothesis(" ".join(words) + "!" * rank, source[:-1], words, -0.1 * (rank + 1))
+                for rank in range(options.num_hypotheses)
+            ]
+            done.append((key, Translation(hypotheses)))
+        return done
+
+
+def make_scheduler(engine: FakeEngine | Engine, **kwargs) -> Scheduler:
+    scheduler = Scheduler({"en-de": engine}, metrics=Metrics(), **kwargs)
+    scheduler.start()
+    return scheduler
+
+
+def words(n: int, stem: str = "w") -> str:
+    return " ".join(f"{stem}{i}" for i in range(n))
+
+
+def test_reserved_tokens_is_the_worst_case() -> None:
+    assert reserved_tokens(10, DecodeOptions()) == 10 + 30
+    assert reserved_tokens(10, DecodeOptions(max_length=5)) == 15
+    assert reserved_tokens(10, DecodeOptions(beam_size=4, num_hypotheses=2)) == 4 * 40
+
+
+def test_translates_and_returns_in_order() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine)
+
+    async def main() -> list[Translation]:
+        sources = [engine.tokenize(s) for s in ["a b c", "d", "e f"]]
+        return await scheduler.translate("en-de", sources, DecodeOptions())
+
+    results = asyncio.run(main())
+    assert [t.text for t in results] == ["A B C", "D", "E F"]
+    scheduler.stop()
+
+
+def test_short_request_overtakes_a_running_long_one() -> None:
+    engine = FakeEngine(step_s=0.003)
+    scheduler = make_scheduler(engine)
+    finished: list[str] = []
+
+    async def job(name: str, text: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await scheduler.translate("en-de", [engine.tokenize(text)], DecodeOptions())
+        finished.append(name)
+
+    async def main() -> None:
+        # 60 steps (~0.2 s) for the long one; the short one joins while it runs.
+        await asyncio.gather(job("long", words(59), 0), job("short", "hi", 0.03))
+
+    asyncio.run(main())
+    assert finished == ["short", "long"]
+    assert engine.max_sentences_seen == 2  # they shared the batch
+    scheduler.stop()
+
+
+def test_a_small_request_does_not_queue_behind_a_large_one() -> None:
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_batch_rows=4)
+    finished: list[str] = []
+
+    async def job(name: str, sources: list[list[int]], delay: float) -> None:
+        await asyncio.sleep(delay)
+        await scheduler.translate("en-de", sources, DecodeOptions())
+        finished.append(name)
+
+    async def main() -> None:
+        large = [engine.tokenize(words(9, f"l{i}_")) for i in range(40)]  # 10 waves of 4
+        await asyncio.gather(job("large", large, 0), job("small", [engine.tokenize("hi")], 0.02))
+
+    asyncio.run(main())
+    assert finished == ["small", "large"]
+    scheduler.stop()
+
+
+def test_batching_off_runs_one_sentence_at_a_time() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine, batching=False)
+
+    async def main() -> list[list[Translation]]:
+        sources = [[engine.tokenize(words(3, f"s{i}_"))] for i in range(6)]
+        return await asyncio.gather(
+            *(scheduler.translate("en-de", s, DecodeOptions()) for s in sources)
+        )
+
+    results = asyncio.run(main())
+    assert len(results) == 6
+    assert engine.max_sentences_seen == 1
+    scheduler.stop()
+
+
+def test_token_and_row_budgets_bound_the_batch() -> None:
+    engine = FakeEngine()
+    # Each 4-token sentence reserves 4 + 18 = 22 tokens: three fit in 70.
+    scheduler = make_scheduler(engine, max_batch_tokens=70, max_batch_rows=100)
+
+    async def main() -> None:
+        sources = [engine.tokenize(words(3, f"t{i}_")) for i in range(12)]
+        await scheduler.translate("en-de", sources, DecodeOptions())
+
+    asyncio.run(main())
+    assert engine.max_sentences_seen == 3
+    scheduler.stop()
+
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine, max_batch_rows=8)
+
+    async def beams() -> None:
+        sources = [engine.tokenize(words(3, f"b{i}_")) for i in range(5)]
+        await scheduler.translate("en-de", sources, DecodeOptions(beam_size=3))
+
+    asyncio.run(beams())
+    assert engine.max_rows_seen == 6  # two beam-3 sentences; a third would need 9 rows
+    scheduler.stop()
+
+
+def test_an_oversize_sentence_still_runs_alone() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine, max_batch_tokens=5)
+
+    async def main() -> list[Translation]:
+        return await scheduler.translate("en-de", [engine.tokenize(words(10))], DecodeOptions())
+
+    assert asyncio.run(main())[0].text == words(10).upper()
+    scheduler.stop()
+
+
+def test_queue_full_refuses_without_losing_accepted_requests() -> None:
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=4, max_batch_rows=1)
+    outcomes: dict[int, object] = {}
+
+    async def one(i: int) -> None:
+        try:
+            result = await scheduler.translate(
+                "en-de", [engine.tokenize(f"x{i} y")], DecodeOptions()
+            )
+            outcomes[i] = result[0].text
+        except QueueFull as exc:
+            assert exc.retry_after >= 1
+            outcomes[i] = "full"
+
+    async def main() -> None:
+        await asyncio.gather(*(one(i) for i in range(20)))
+
+    asyncio.run(main())
+    accepted = {i: text for i, text in outcomes.items() if text != "full"}
+    assert len(outcomes) == 20
+    assert 4 <= len(accepted) < 20
+    assert all(text == f"X{i} Y" for i, text in accepted.items())
+    assert scheduler.queue_depth == 0
+    scheduler.stop()
+
+
+def test_a_request_larger_than_the_queue_runs_when_the_queue_is_empty() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine, max_queue=2)
+
+    async def main() -> list[Translation]:
+        sources = [engine.tokenize(f"z{i}") for i in range(5)]
+        return await scheduler.translate("en-de", sources, DecodeOptions())
+
+    assert len(asyncio.run(main())) == 5
+    scheduler.stop()
+
+
+def test_deadline_drops_the_sentences_and_spares_the_others() -> None:
+    engine = FakeEngine(step_s=0.003)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": engine}, metrics=metrics)
+    scheduler.start()
+
+    async def main() -> tuple[BaseException | None, str]:
+        loop = asyncio.get_running_loop()
+        slow = scheduler.translate(
+            "en-de", [engine.tokenize(words(60))], DecodeOptions(), loop.time() + 0.05
+        )
+        quick = scheduler.translate("en-de", [engine.tokenize("ok then")], DecodeOptions())
+        slow_result, quick_result = await asyncio.gather(slow, quick, return_exceptions=True)
+        return slow_result, quick_result[0].text
+
+    slow_result, quick_text = asyncio.run(main())
+    assert isinstance(slow_result, DeadlineExceeded)
+    assert quick_text == "OK THEN"
+    assert scheduler.wait_idle(2)
+    assert len(engine.removed) == 1  # the slow sentence left the batch early
+    assert engine.steps < 60
+    dropped = metrics.registry.get_sample_value(
+        "translate_sentences_total", {"pair": "en-de", "outcome": "dropped"}
+    )
+    assert dropped == 1
+    scheduler.stop()
+
+
+def test_cancelled_waiter_frees_its_rows() -> None:
+    engine = FakeEngine(step_s=0.003)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            scheduler.translate("en-de", [engine.tokenize(words(60))], DecodeOptions())
+        )
+        await asyncio.sleep(0.03)
+        task.cancel()  # what a client disconnect does to the request's task
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert scheduler.wait_idle(2)
+    assert len(engine.removed) == 1
+    scheduler.stop()
+
+
+def test_a_failed_step_fails_its_requests_and_the_scheduler_carries_on() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine)
+
+    async def main() -> str:
+        engine.fail_next_step = True
+        with pytest.raises(RuntimeError, match="exploded"):
+            await scheduler.translate("en-de", [engine.tokenize("a b")], DecodeOptions())
+        result = await scheduler.translate("en-de", [engine.tokenize("c d")], DecodeOptions())
+        return result[0].text
+
+    assert asyncio.run(main()) == "C D"
+    scheduler.stop()
+
+
+def test_a_dead_scheduler_thread_fails_everything_loudly() -> None:
+    engine = FakeEngine(step_s=0.005)
+    scheduler = make_scheduler(engine)
+
+    def broken_remove(key: Hashable) -> None:
+        raise RuntimeError("bug in the scheduler's bookkeeping")
+
+    async def main() -> tuple[object, object]:
+        loop = asyncio.get_running_loop()
+        scheduler._lanes["en-de"].batch.remove = broken_remove  # type: ignore[method-assign]
+        expiring = scheduler.translate(
+            "en-de", [engine.tokenize(words(40))], DecodeOptions(), loop.time() + 0.03
+        )
+        waiting = scheduler.translate("en-de", [engine.tokenize(words(40))], DecodeOptions())
+        return tuple(await asyncio.gather(expiring, waiting, return_exceptions=True))
+
+    expiring, waiting = asyncio.run(main())
+    assert isinstance(expiring, DeadlineExceeded)
+    assert isinstance(waiting, SchedulerFailed)  # answered, not left hanging
+    assert scheduler.failed and not scheduler.accepting
+
+    async def later() -> None:
+        with pytest.raises(SchedulerFailed):
+            await scheduler.translate("en-de", [engine.tokenize("x")], DecodeOptions())
+
+    asyncio.run(later())
+
+
+def test_a_refused_sentence_fails_only_its_request() -> None:
+    engine = FakeEngine(max_source_tokens=5)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> tuple[object, object]:
+        bad = scheduler.translate(
+            "en-de", [engine.tokenize("fine"), engine.tokenize(words(9))], DecodeOptions()
+        )
+        good = scheduler.translate("en-de", [engine.tokenize("good one")], DecodeOptions())
+        return tuple(await asyncio.gather(bad, good, return_exceptions=True))
+
+    bad, good = asyncio.run(main())
+    assert isinstance(bad, ValueError)
+    assert good[0].text == "GOOD ONE"
+    assert scheduler.wait_idle(2)
+    scheduler.stop()
+
+
+def test_drain_finishes_accepted_work_then_refuses() -> None:
+    engine = FakeEngine(step_s=0.003)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> tuple[list[Translation], bool]:
+        running = asyncio.create_task(
+            scheduler.translate("en-de", [engine.tokenize(words(40))], DecodeOptions())
+        )
+        await asyncio.sleep(0.02)
+        drained = await scheduler.drain(grace_s=10)
+        with pytest.raises(ShuttingDown):
+            await scheduler.translate("en-de", [engine.tokenize("late")], DecodeOptions())
+        return await running, drained
+
+    result, drained = asyncio.run(main())
+    assert drained
+    assert result[0].text == words(40).upper()
+
+
+def test_drain_past_the_grace_period_fails_the_rest() -> None:
+    engine = FakeEngine(step_s=0.01)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> tuple[BaseException | None, bool]:
+        running = asyncio.create_task(
+            scheduler.translate("en-de", [engine.tokenize(words(60))], DecodeOptions())
+        )
+        await asyncio.sleep(0.02)
+        drained = await scheduler.drain(grace_s=0.05)
+        outcome = (await asyncio.gather(running, return_exceptions=True))[0]
+        return outcome, drained
+
+    outcome, drained = asyncio.run(main())
+    assert not drained
+    assert isinstance(outcome, ShuttingDown)
+
+
+def test_lanes_per_language_pair() -> None:
+    en_de, de_en = FakeEngine(), FakeEngine(source_lang="de", target_lang="en")
+    scheduler = Scheduler({"en-de": en_de, "de-en": de_en})
+    scheduler.start()
+
+    async def main() -> list[list[Translation]]:
+        return await asyncio.gather(
+            scheduler.translate("en-de", [en_de.tokenize("hello")], DecodeOptions()),
+            scheduler.translate("de-en", [de_en.tokenize("hallo")], DecodeOptions()),
+        )
+
+    first, second = asyncio.run(main())
+    assert (first[0].text, second[0].text) == ("HELLO", "HALLO")
+    assert en_de.steps and de_en.steps
+    scheduler.stop()
+
+
+def test_metrics_are_recorded() -> None:
+    engine = FakeEngine()
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": engine}, metrics=metrics)
+    scheduler.start()
+
+    async def main() -> None:
+        sources = [engine.tokenize("one two three"), engine.tokenize("four")]
+        await scheduler.translate("en-de", sources, DecodeOptions())
+
+    asyncio.run(main())
+    scheduler.stop()
+    sample = metrics.registry.get_sample_value
+    assert sample("translate_generated_tokens_total", {"pair": "en-de"}) == 4
+    assert sample("translate_decode_steps_total", {"pair": "en-de"}) == 4
+    assert sample("translate_source_tokens_total", {"pair": "en-de"}) == 6
+    assert sample("translate_batch_rows_count", {"pair": "en-de"}) == 4
+    assert sample("translate_queue_depth") == 0
+
+
+def test_the_event_loop_is_not_blocked_while_decoding() -> None:
+    engine = FakeEngine(step_s=0.05)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> int:
+        task = asyncio.create_task(
+            scheduler.translate("en-de", [engine.tokenize(words(9))], DecodeOptions())
+        )
+        ticks = 0
+        while not task.done():
+            await asyncio.sleep(0.001)
+            ticks += 1
+        await task
+        return ticks
+
+    # 10 steps of 50 ms: a loop that ran them itself would tick about once a step; a free one
+    # ticks hundreds of times (counted, not timed, so a busy machine cannot fail it).
+    assert asyncio.run(main()) > 50
+    scheduler.stop()
+
+
+# -- the real engine ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle: Path) -> Engine:
+    return Engine(tiny_bundle, device="cpu", threads=1)
+
+
+def fixture_sentences() -> list[str]:
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0] for line in lines if line.strip()]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_concurrent_requests_match_offline_translation(engine: Engine, beam_size: int) -> None:
+    sentences = fixture_sentences()[:24]
+    options = DecodeOptions(beam_size=beam_size, num_hypotheses=min(2, beam_size))
+    expected = engine.translate(sentences, beam_size=beam_size, num_hypotheses=min(2, beam_size))
+    scheduler = make_scheduler(engine, max_batch_tokens=600)
+
+    async def one(i: int) -> Translation:
+        await asyncio.sleep(0.002 * (i % 7))  # staggered: sentences join a running batch
+        return (await scheduler.translate("en-de", [engine.tokenize(sentences[i])], options))[0]
+
+    async def main() -> list[Translation]:
+        return await asyncio.gather(*(one(i) for i in range(len(sentences))))
+
+    results = asyncio.run(main())
+    scheduler.stop()
+    for got, want in zip(results, expected, strict=True):
+        assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in want.hypotheses]
+        assert got.score == pytest.approx(want.score, abs=1e-4)

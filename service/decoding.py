@@ -28,6 +28,7 @@ import onnxruntime as ort
 import sentencepiece as spm
 
 from service.bundle import Bundle, BundleError, load_bundle
+from service.normalize import clean_text
 
 NEG_INF = -1e30
 
@@ -158,8 +159,8 @@ class Engine:
         return "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
 
     def tokenize(self, sentence: str) -> list[int]:
-        """Source ids of ``sentence`` followed by EOS."""
-        return [*self.tokenizer.encode(sentence), self.eos_id]
+        """Source ids of ``sentence``, normalised as the training corpus was, followed by EOS."""
+        return [*self.tokenizer.encode(clean_text(sentence)), self.eos_id]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))

@@ -159,3 +159,11 @@ def test_bad_options_are_rejected(engine: Engine) -> None:
         engine.translate(["Hello."], beam=2)
     with pytest.raises(ValueError, match="device"):
         Engine(engine.bundle.dir, device="tpu")
+
+
+def test_input_is_normalised_as_the_training_corpus_was(engine: Engine, pairs) -> None:
+    source = pairs[0][0]
+    decomposed = source.replace("a", "a\u0308")  # NFD umlauts must not change the tokens
+    assert engine.tokenize(decomposed) == engine.tokenize(source.replace("a", "ä"))
+    noisy = "  " + source.replace(" ", " \u200b\t ") + "\x00 "
+    assert engine.tokenize(noisy) == engine.tokenize(source)

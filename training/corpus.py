@@ -17,17 +17,15 @@ import lzma
 import os
 import random
 import re
-import sys
 import time
-import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
-from functools import cache
 from heapq import heapify, heappop, heappush
 from itertools import zip_longest
 from pathlib import Path
 from typing import IO, Any
 
+from service.normalize import clean_text
 from training.config import DataConfig
 
 logger = logging.getLogger(__name__)
@@ -52,56 +50,6 @@ _COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}
 
 # ---------------------------------------------------------------------------------------------
 # Cleaning and normalisation
-
-# Zero-width (non-)joiners change rendering and meaning (Persian, Indic scripts, emoji
-# sequences), unlike the other format characters (soft hyphens, BOMs, bidi marks, zero-width
-# spaces), which are invisible noise that would only fragment the vocabulary.
-_KEPT_FORMAT_CHARS = {"\u200c", "\u200d"}
-# Controls that separate words become spaces so that "a\tb" does not turn into "ab" (U+0085 is
-# NEL, a line break, although Windows-1252 would read that byte as an ellipsis).
-_SPACING_CONTROLS = set("\t\n\v\f\r\x1c\x1d\x1e\x1f\x85")
-
-
-def _cp1252_char(cp: int) -> str | None:
-    # C1 controls (U+0080-U+009F) in real text are almost always Windows-1252 bytes decoded as
-    # Latin-1 ("d\x92art" for "d’art", "Wiedemann\x96Franz"): restore the intended character
-    # rather than gluing the words together.
-    if 0x80 <= cp <= 0x9F:
-        try:
-            return bytes([cp]).decode("cp1252")
-        except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined
-            return None
-    return None
-
-
-@cache
-def _control_table() -> dict[int, str | None]:
-    # Built lazily because scanning every code point costs a few hundred milliseconds, which
-    # importers that never clean text (the service's health check, say) should not pay.
-    table: dict[int, str | None] = {}
-    for cp in range(sys.maxunicode + 1):
-        ch = chr(cp)
-        category = unicodedata.category(ch)
-        if category == "Cc":
-            table[cp] = " " if ch in _SPACING_CONTROLS else _cp1252_char(cp)
-        elif category == "Cf" and ch not in _KEPT_FORMAT_CHARS:
-            table[cp] = None
-    return table
-
-
-def clean_text(text: str) -> str:
-    """NFC, control and invisible format characters removed, whitespace folded and stripped.
-
-    The vocabulary is trained without its own normalisation (see ``training.vocab``), so anything
-    fed to the model at serving time must go through this same function.
-    """
-    # Almost every line is printable ASCII, which is already clean and NFC: skip the slow path.
-    if not (text.isascii() and text.isprintable()):
-        text = text.translate(_control_table())
-        if not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
-    return " ".join(text.split())
-
 
 _PUNCT_RE = re.compile(r"[^\w\s]|_")
 _DIGIT_RE = re.compile(r"\d")

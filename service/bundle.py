@@ -9,8 +9,8 @@ ONNX contract v1 (all axes but layers/heads/head_dim dynamic):
 ``decoder.onnx``  tokens, positions int64 [batch]; self_keys, self_values
                   [layers, batch, heads, past, head_dim]; self_mask bool [batch, past + 1]
                   (last column = the current token); cross_keys, cross_values, src_mask
-                  -> log_probs float [batch, vocab]; new_keys, new_values
-                     [layers, batch, heads, 1, head_dim] (this step's entries for the cache)
+                  -> log_probs float [batch, vocab]; present_keys, present_values
+                     [layers, batch, heads, past + 1, head_dim] (the cache to feed back)
 
 ``manifest.json`` records the contract version, languages, special ids, dimensions, the
 variants (fp32, int8) and the sha256 of every file.

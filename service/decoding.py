@@ -273,7 +273,7 @@ class DecodeBatch:
             return []
         rows = len(self.tokens)
         self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), bool)], axis=1)
-        log_probs, new_keys, new_values = self.engine.run_decoder(
+        log_probs, present_keys, present_values = self.engine.run_decoder(
             {
                 "tokens": self.tokens,
                 "positions": self.positions,
@@ -286,8 +286,8 @@ class DecodeBatch:
             }
         )
         self.steps += 1
-        self.self_keys = np.concatenate([self.self_keys, new_keys], axis=3)
-        self.self_values = np.concatenate([self.self_values, new_values], axis=3)
+        # The graph returns the grown cache: feeding it back as is costs no copy here.
+        self.self_keys, self.self_values = present_keys, present_values
         self.self_mask = self_mask
 
         order: list[int] = []  # rows of the next step, as indices into this step's rows
@@ -380,8 +380,9 @@ class DecodeBatch:
         options = sentence.options
         if len(sentence.finished) < options.num_hypotheses:
             return False
-        kept = sorted((self._normalised(s, len(p) + 1, options) for s, p in sentence.finished),
-                      reverse=True)[: options.num_hypotheses]
+        kept = sorted(
+            (self._normalised(s, len(p) + 1, options) for s, p in sentence.finished), reverse=True
+        )[: options.num_hypotheses]
         best_active = self._normalised(max(active_scores), sentence.steps + 1, options)
         return best_active < kept[-1]
 
@@ -425,14 +426,21 @@ class DecodeBatch:
             positions = self.positions[order] + 1
         self.sentences = sentences
         self.tokens, self.positions = tokens, positions
-        self.self_mask = self.self_mask[order]
-        self.src_mask = self.src_mask[order]
+        # Most greedy steps keep every row in place: then the caches need no copy at all.
+        rows_unchanged = len(order) == len(self.self_mask) and bool(
+            (order == np.arange(len(order))).all()
+        )
+        if not rows_unchanged:
+            self.self_mask = self.self_mask[order]
+            self.src_mask = self.src_mask[order]
         # Trim cache columns and source positions that no remaining row uses.
         if len(order):
             first = int(self.self_mask.any(axis=0).argmax())
             src_len = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1
         else:
             first, src_len = self.self_mask.shape[1], 0
+        if rows_unchanged and first == 0 and src_len == self.src_mask.shape[1]:
+            return
         self.self_mask = self.self_mask[:, first:]
         self.src_mask = self.src_mask[:, :src_len]
         self.self_keys = np.ascontiguousarray(self.self_keys[:, order, :, first:])

@@ -89,22 +89,37 @@ def test_cached_decoding_matches_teacher_forcing(pre_norm: bool):
         keys = values = cross_keys.new_zeros(layers, batch, heads, 0, head_dim)
         for t in range(tgt.size(1)):
             log_probs, k, v = model.decode_step(
-                tgt[:, t], torch.full((batch,), t), keys, values,
-                torch.ones(batch, t + 1, dtype=torch.bool), cross_keys, cross_values, src_mask)
-            keys, values = torch.cat([keys, k], dim=3), torch.cat([values, v], dim=3)
+                tgt[:, t],
+                torch.full((batch,), t),
+                keys,
+                values,
+                torch.ones(batch, t + 1, dtype=torch.bool),
+                cross_keys,
+                cross_values,
+                src_mask,
+            )
+            keys, values = k, v
             torch.testing.assert_close(log_probs, expected[:, t], atol=1e-5, rtol=1e-5)
 
 
 def test_tiny_preset_overfits_the_fixture(make_train_config):
     """The whole loop (batches, schedule, optimiser, checkpoints) can memorise 64 pairs:
     greedy decoding then reproduces every target exactly."""
-    config = make_train_config("train.lr_scale=1.0", "train.warmup_steps=50",
-                               "train.label_smoothing=0.0", "train.clip_norm=0.0")
-    split = load_split(f"{config.data.out_dir}/train.tsv", f"{config.vocab.model_prefix}.model",
-                       config.model.max_positions)
+    config = make_train_config(
+        "train.lr_scale=1.0",
+        "train.warmup_steps=50",
+        "train.label_smoothing=0.0",
+        "train.clip_norm=0.0",
+    )
+    split = load_split(
+        f"{config.data.out_dir}/train.tsv",
+        f"{config.vocab.model_prefix}.model",
+        config.model.max_positions,
+    )
     batch = collate(split, list(range(len(split))))
-    targets = [batch.tgt_output[i][batch.tgt_output[i] != PAD_ID][:-1].tolist()
-               for i in range(len(split))]
+    targets = [
+        batch.tgt_output[i][batch.tgt_output[i] != PAD_ID][:-1].tolist() for i in range(len(split))
+    ]
     exact = 0
     for steps in (150, 200, 250, 300, 400):  # usually exact at 150-200; resume if not yet
         config.train.max_steps = steps

@@ -187,7 +187,7 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One position ``x`` [batch, 1, d]; the cache holds earlier positions' keys/values.
-        Returns the output and this position's own key/value, to be appended to the cache."""
+        Returns the output and the cache extended by this position's key/value."""
         new_key, new_value = self.self_attn.keys_values(
             self.sublayer[0].norm(x) if self.sublayer[0].pre_norm else x
         )
@@ -197,7 +197,7 @@ class DecoderLayer(nn.Module):
         x = self.sublayer[1](
             x, lambda y: self.cross_attn.attend(y, cross_key, cross_value, src_mask)
         )
-        return self.sublayer[2](x, self.feed_forward), new_key, new_value
+        return self.sublayer[2](x, self.feed_forward), key, value
 
 
 class Transformer(nn.Module):
@@ -295,11 +295,12 @@ class Transformer(nn.Module):
         tokens, positions: [batch]; self_keys/values: [layers, batch, heads, past, head_dim];
         self_mask: [batch, past + 1] (the last column is the current token); cross_*: as from
         ``encode_cross``; src_mask: [batch, src_len]. Returns log-probabilities [batch, vocab]
-        and this step's keys/values [layers, batch, heads, 1, head_dim]."""
+        and the present cache, the past plus this step [layers, batch, heads, past + 1, head_dim],
+        to feed back at the next step."""
         x = self.positional(self.embeddings(tokens[:, None]), positions[:, None])
         self_mask4 = self_mask[:, None, None, :]
         src_mask4 = src_mask[:, None, None, :]
-        new_keys, new_values = [], []
+        present_keys, present_values = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, key, value = layer.step(
                 x,
@@ -310,11 +311,15 @@ class Transformer(nn.Module):
                 cross_values[i],
                 src_mask4,
             )
-            new_keys.append(key)
-            new_values.append(value)
+            present_keys.append(key)
+            present_values.append(value)
         logits = self.generator(self.decoder_norm(x))[:, 0].float()
         logits = logits.masked_fill(self.never_generate, torch.finfo(logits.dtype).min)
-        return torch.log_softmax(logits, dim=-1), torch.stack(new_keys), torch.stack(new_values)
+        return (
+            torch.log_softmax(logits, dim=-1),
+            torch.stack(present_keys),
+            torch.stack(present_values),
+        )
 
     @torch.no_grad()
     def greedy_decode(
@@ -344,8 +349,7 @@ class Transformer(nn.Module):
                 cross_values,
                 src_mask,
             )
-            self_keys = torch.cat([self_keys, k], dim=3)
-            self_values = torch.cat([self_values, v], dim=3)
+            self_keys, self_values = k, v
             tokens = log_probs.argmax(-1).masked_fill(finished, eos_id)
             output.append(tokens)
             finished |= tokens == eos_id

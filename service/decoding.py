@@ -424,9 +424,11 @@ class DecodeBatch:
         else:
             order, tokens = update
             positions = self.positions[order] + 1
+        # Beams reorder only within their sentence, whose rows share one source: the cross
+        # keys/values need a gather only when the set of sentences changes.
+        same_sentences = len(sentences) == len(self.sentences)
         self.sentences = sentences
         self.tokens, self.positions = tokens, positions
-        # Most greedy steps keep every row in place: then the caches need no copy at all.
         rows_unchanged = len(order) == len(self.self_mask) and bool(
             (order == np.arange(len(order))).all()
         )
@@ -439,14 +441,14 @@ class DecodeBatch:
             src_len = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1
         else:
             first, src_len = self.self_mask.shape[1], 0
-        if rows_unchanged and first == 0 and src_len == self.src_mask.shape[1]:
-            return
-        self.self_mask = self.self_mask[:, first:]
-        self.src_mask = self.src_mask[:, :src_len]
-        self.self_keys = np.ascontiguousarray(self.self_keys[:, order, :, first:])
-        self.self_values = np.ascontiguousarray(self.self_values[:, order, :, first:])
-        self.cross_keys = np.ascontiguousarray(self.cross_keys[:, order, :, :src_len])
-        self.cross_values = np.ascontiguousarray(self.cross_values[:, order, :, :src_len])
+        if not rows_unchanged or first:
+            self.self_mask = self.self_mask[:, first:]
+            self.self_keys = np.ascontiguousarray(self.self_keys[:, order, :, first:])
+            self.self_values = np.ascontiguousarray(self.self_values[:, order, :, first:])
+        if not same_sentences or src_len != self.src_mask.shape[1]:
+            self.src_mask = self.src_mask[:, :src_len]
+            self.cross_keys = np.ascontiguousarray(self.cross_keys[:, order, :, :src_len])
+            self.cross_values = np.ascontiguousarray(self.cross_values[:, order, :, :src_len])
 
     def _admit(self) -> None:
         """Encode the waiting sentences in one batch and merge them into the running rows."""

@@ -1,0 +1,471 @@
+"""Decoding speed of one bundle: our onnxruntime engine against PyTorch and CTranslate2.
+
+    python bench/decode.py --checkpoint CKPT --bundle BUNDLE --test TEST.tsv \
+        [--sentences 256] [--rounds 3] [--threads 2] [--batch-sizes 1,8,32] [--max-length 128]
+
+Engines, all on the same weights and the first ``--sentences`` source sentences of TEST.tsv:
+
+* ours fp32 / ours int8: ``service.decoding.Engine`` on the bundle's variants (int8 skipped
+  when the bundle has none); ``max_batch_rows`` = batch x beam, so "batch" means sentences;
+  the faster of ``--threads`` and 1 intra-op threads for each configuration.
+* torch kv-cache: ``Transformer.greedy_decode`` (greedy only; beam is n/a), with
+  ``--torch-threads`` (default ``--threads``).
+* torch no-cache: the encoder once, then the whole target prefix through the decoder at every
+  step (greedy only), what the cache graphs exist to avoid.
+* ct2 fp32 / ct2 int8: CTranslate2 converted from the same checkpoint
+  (``bench/ctranslate2_convert.py``), compute_type float32 / int8, with the best
+  inter_threads x intra_threads layout for each configuration.
+
+Engines run interleaved (for each configuration, round r runs every engine once, then round
+r+1). Figures are medians over rounds; "x CT2" is CT2's time / the engine's time in the same
+round (> 1 = faster than CTranslate2), median over rounds. Every engine stops at the same
+``--max-length``; ours and the torch paths also stop at 2 x source tokens + 10 (the engine's
+default ``max_length_ratio``), which CTranslate2's ``translate_batch`` cannot express, so the
+generated-token count of every engine is printed too. Inputs are pre-tokenised for torch and
+CT2; ours tokenises inside ``Engine.translate`` (negligible next to decoding).
+
+A script that prints; it never asserts and is not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import ctranslate2  # noqa: E402
+import onnxruntime  # noqa: E402
+import sentencepiece as spm  # noqa: E402
+import torch  # noqa: E402
+
+from bench.ctranslate2_convert import convert  # noqa: E402
+from service.bundle import load_bundle  # noqa: E402
+from service.decoding import DecodeOptions, Engine  # noqa: E402
+from training.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from training.export import load_checkpoint  # noqa: E402
+
+Outputs = list[list[int]]
+
+
+@dataclass
+class Runner:
+    """One engine setting. ``run(batch, beam)`` returns token ids per sentence (no BOS/EOS),
+    or None when the engine cannot do that search."""
+
+    name: str
+    family: str  # rows of one family (the CT2 layouts) are merged into one figure
+    run: Callable[[int, int], Outputs | None]
+    layout: str = ""
+
+
+@dataclass
+class Measure:
+    seconds: list[float] = field(default_factory=list)
+    tokens: int = 0
+    outputs: Outputs | None = None
+
+
+# -- engines ------------------------------------------------------------------------------------
+def ours_runner(
+    bundle: Path,
+    variant: str,
+    sentences: list[str],
+    threads: int,
+    max_length: int,
+    engine: Engine | None = None,
+) -> Runner:
+    engine = engine or Engine(bundle, device="cpu", threads=threads, variant=variant)
+
+    def run(batch: int, beam: int) -> Outputs:
+        results = engine.translate(
+            sentences, beam_size=beam, max_length=max_length, max_batch_rows=batch * beam
+        )
+        return [r.hypotheses[0].token_ids for r in results]
+
+    family = f"ours {variant}"
+    return Runner(f"{family} intra {threads}", family, run, f"intra {threads}")
+
+
+def _batches(sources: list[list[int]], batch: int):
+    """Longest first, like the engine and CTranslate2; yields (indices, padded tensor)."""
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+    for start in range(0, len(order), batch):
+        rows = order[start : start + batch]
+        width = max(len(sources[i]) for i in rows)
+        src = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+        for r, i in enumerate(rows):
+            src[r, : len(sources[i])] = torch.tensor(sources[i])
+        yield rows, src
+
+
+@torch.no_grad()
+def _greedy_no_cache(model, src: torch.Tensor, limit: int) -> Outputs:
+    memory, src_mask = model.encode(src)
+    batch = src.size(0)
+    prefix = torch.full((batch, 1), BOS_ID, dtype=torch.long)
+    finished = torch.zeros(batch, dtype=torch.bool)
+    lowest = torch.finfo(torch.float32).min
+    for _ in range(limit):
+        logits = model.generator(model.decode(prefix, memory, src_mask)[:, -1]).float()
+        tokens = logits.masked_fill(model.never_generate, lowest).argmax(-1)
+        tokens = tokens.masked_fill(finished, EOS_ID)
+        prefix = torch.cat([prefix, tokens[:, None]], dim=1)
+        finished |= tokens == EOS_ID
+        if bool(finished.all()):
+            break
+    rows = prefix[:, 1:].tolist()
+    return [row[: row.index(EOS_ID)] if EOS_ID in row else row for row in rows]
+
+
+def torch_runner(model, sources: list[list[int]], limits: list[int], cached: bool) -> Runner:
+    def run(batch: int, beam: int) -> Outputs | None:
+        if beam != 1:
+            return None
+        outputs: Outputs = [[] for _ in sources]
+        for rows, src in _batches(sources, batch):
+            limit = max(limits[i] for i in rows)
+            if cached:
+                decoded = model.greedy_decode(src, limit, BOS_ID, EOS_ID)
+            else:
+                decoded = _greedy_no_cache(model, src, limit)
+            for i, ids in zip(rows, decoded, strict=True):
+                outputs[i] = ids[: limits[i]]
+        return outputs
+
+    name = "torch kv-cache" if cached else "torch no-cache"
+    return Runner(name, name, run)
+
+
+def ct2_runners(
+    model_dir: Path, compute_type: str, tokens: list[list[str]], sp, threads: int, max_length: int
+) -> list[Runner]:
+    layouts = sorted({(1, threads), (threads, 1), (2, max(threads // 2, 1))})
+    runners = []
+    for inter, intra in layouts:
+        translator = ctranslate2.Translator(
+            str(model_dir),
+            device="cpu",
+            compute_type=compute_type,
+            inter_threads=inter,
+            intra_threads=intra,
+        )
+
+        def run(batch: int, beam: int, translator=translator) -> Outputs:
+            results = translator.translate_batch(
+                tokens,
+                max_batch_size=batch,
+                beam_size=beam,
+                max_decoding_length=max_length,
+                min_decoding_length=0,  # ours may emit EOS first; CT2's default is 1
+                disable_unk=False,
+                # Our decoder step masks PAD and BOS; CTranslate2 would emit them otherwise.
+                suppress_sequences=[["<pad>"], ["<s>"]],
+            )
+            return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+
+        family = f"ct2 {'fp32' if compute_type == 'float32' else compute_type}"
+        runners.append(Runner(f"{family} {inter}x{intra}", family, run, f"{inter}x{intra}"))
+    return runners
+
+
+# -- reporting --------------------------------------------------------------------------------
+def _same(a: Sequence[int], b: Sequence[int], limit: int) -> bool:
+    """Equal up to the shorter of the two length limits (greedy output is prefix-stable)."""
+    return list(a[:limit]) == list(b[:limit])
+
+
+def match_rate(a: Outputs | None, b: Outputs | None, limits: list[int]) -> str:
+    if a is None or b is None:
+        return "n/a"
+    same = sum(_same(x, y, n) for x, y, n in zip(a, b, limits, strict=True))
+    return f"{same}/{len(a)} ({100 * same / len(a):.1f}%)"
+
+
+def first_mismatches(a: Outputs, b: Outputs, limits: list[int], count: int = 3) -> list[str]:
+    lines = []
+    for i, (x, y, n) in enumerate(zip(a, b, limits, strict=True)):
+        if not _same(x, y, n):
+            x, y = x[:n], y[:n]
+            at = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), None)
+            at = min(len(x), len(y)) if at is None else at
+            lines.append(
+                f"  sentence {i}: first difference at token {at}; "
+                f"ours {x[max(at - 2, 0) : at + 3]} (len {len(x)}) vs "
+                f"other {y[max(at - 2, 0) : at + 3]} (len {len(y)})"
+            )
+            if len(lines) == count:
+                break
+    return lines
+
+
+def _load_sentences(path: Path, count: int) -> list[str]:
+    sentences = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            source = line.rstrip("\n").split("\t")[0].strip()
+            if source:
+                sentences.append(source)
+            if len(sentences) == count:
+                break
+    return sentences
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--test", required=True, help="TSV; the source column is translated")
+    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (default: --threads); 1 avoids OpenMP's collapse when "
+        "other processes hold the cores",
+    )
+    parser.add_argument("--batch-sizes", default="1,8,32")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated engine families to leave out, e.g. 'torch no-cache,ct2 int8'",
+    )
+    parser.add_argument("--ct2-dir", help="keep the converted CTranslate2 model here")
+    args = parser.parse_args(argv)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    searches = [1, args.beam]
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    torch.set_num_threads(args.torch_threads or args.threads)
+    load_before = os.getloadavg()
+
+    # -- inputs ---------------------------------------------------------------------------
+    model, checkpoint = load_checkpoint(args.checkpoint)
+    config = model.config
+    sp = spm.SentencePieceProcessor(model_file=str(checkpoint["vocab"]))
+    # Every engine gets exactly the ids ours encodes (input normalisation included).
+    engine = Engine(args.bundle, device="cpu", threads=args.threads, variant="fp32")
+    sentences = [
+        s
+        for s in _load_sentences(Path(args.test), args.sentences * 2)
+        if len(engine.tokenize(s)) <= config.max_positions
+    ][: args.sentences]
+    sources = [engine.tokenize(s) for s in sentences]
+    ratio = DecodeOptions().max_length_ratio
+    # The engine's per-sentence cap (DecodeBatch.add); the torch paths use the same.
+    limits = [
+        min(args.max_length, int(ratio * len(ids)) + 10, config.max_positions - 1)
+        for ids in sources
+    ]
+    pieces = [[sp.id_to_piece(i) for i in ids] for ids in sources]
+
+    # -- engines --------------------------------------------------------------------------
+    runners: list[Runner] = []
+    variants = load_bundle(args.bundle).manifest["variants"]
+    # Like CTranslate2's layouts: all the threads in one session, or one thread (which holds
+    # up far better when other processes share the cores). The faster one counts.
+    for variant in ("fp32", "int8"):
+        if variant in variants and f"ours {variant}" not in skip:
+            for threads in sorted({args.threads, 1}, reverse=True):
+                reuse = engine if (variant, threads) == ("fp32", args.threads) else None
+                runners.append(
+                    ours_runner(
+                        Path(args.bundle), variant, sentences, threads, args.max_length, reuse
+                    )
+                )
+    for cached in (True, False):
+        runner = torch_runner(model, sources, limits, cached)
+        if runner.family not in skip:
+            runners.append(runner)
+    with tempfile.TemporaryDirectory(prefix="ct2-") as scratch:
+        ct2_dir = convert(args.checkpoint, Path(args.ct2_dir or scratch) / "model")
+        for compute_type, family in (("float32", "ct2 fp32"), ("int8", "ct2 int8")):
+            if family not in skip:
+                runners += ct2_runners(
+                    ct2_dir, compute_type, pieces, sp, args.threads, args.max_length
+                )
+
+        print(
+            f"# decode benchmark\n\nmodel: d_model {config.d_model}, d_ff {config.d_ff}, "
+            f"heads {config.heads}, layers {config.encoder_layers}+{config.decoder_layers}, "
+            f"vocab {config.vocab_size}, pre_norm {config.pre_norm}; checkpoint "
+            f"{args.checkpoint}; bundle {args.bundle}\n"
+            f"{len(sentences)} sentences of {args.test} ({sum(map(len, sources))} source tokens "
+            f"with EOS); max_length {args.max_length} (+ ratio {ratio} for ours/torch); "
+            f"{args.rounds} rounds; threads {args.threads} (torch "
+            f"{torch.get_num_threads()})\n"
+            f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+            f"load average before {load_before[0]:.2f}; torch {torch.__version__}, "
+            f"onnxruntime {onnxruntime.__version__}, ctranslate2 {ctranslate2.__version__}",
+            flush=True,
+        )
+        for runner in runners:  # warm-up: sessions, allocators, OpenMP pools
+            runner.run(8, 1)
+
+        # -- measure: for each configuration, round r runs every engine once ---------------
+        results: dict[tuple[str, int, int], Measure] = {}
+        for batch in batch_sizes:
+            for beam in searches:
+                for round_index in range(args.rounds):
+                    for runner in runners:
+                        started = time.perf_counter()
+                        outputs = runner.run(batch, beam)
+                        elapsed = time.perf_counter() - started
+                        if outputs is None:
+                            continue
+                        measure = results.setdefault((runner.name, batch, beam), Measure())
+                        measure.seconds.append(elapsed)
+                        if round_index == 0:
+                            measure.outputs = outputs
+                            measure.tokens = sum(map(len, outputs))
+                        print(
+                            f"  batch {batch:>2} beam {beam} round {round_index + 1}: "
+                            f"{runner.name:<18} {elapsed:7.2f} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+        load_after = os.getloadavg()
+
+    report(args, runners, results, batch_sizes, searches, sentences, limits)
+    print(f"\nload average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
+    return 0
+
+
+def report(args, runners, results, batch_sizes, searches, sentences, limits) -> None:
+    families = list(dict.fromkeys(r.family for r in runners))
+    # Best CTranslate2 layout per configuration: lowest median time.
+    chosen: dict[tuple[str, int, int], Runner] = {}
+    for family in families:
+        members = [r for r in runners if r.family == family]
+        for batch in batch_sizes:
+            for beam in searches:
+                timed = [r for r in members if (r.name, batch, beam) in results]
+                if timed:
+                    chosen[(family, batch, beam)] = min(
+                        timed,
+                        key=lambda r, b=batch, k=beam: statistics.median(
+                            results[(r.name, b, k)].seconds
+                        ),
+                    )
+
+    def measure(family: str, batch: int, beam: int) -> Measure | None:
+        runner = chosen.get((family, batch, beam))
+        return results[(runner.name, batch, beam)] if runner else None
+
+    def versus(mine: Measure, ct2: Measure | None) -> str:
+        if ct2 is None:
+            return "n/a"
+        ratios = [c / m for m, c in zip(mine.seconds, ct2.seconds, strict=True)]
+        return f"{statistics.median(ratios):.2f}"
+
+    n = len(sentences)
+    print(
+        "\n| engine | batch | search | ms/sentence | tok/s (median) | tok/s (best) "
+        "| x CT2 fp32 | x CT2 int8 | tokens | layout |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for batch in batch_sizes:
+        for beam in searches:
+            search = "greedy" if beam == 1 else f"beam {beam}"
+            ct2_fp32 = measure("ct2 fp32", batch, beam)
+            ct2_int8 = measure("ct2 int8", batch, beam)
+            for family in families:
+                m = measure(family, batch, beam)
+                if m is None:
+                    print(f"| {family} | {batch} | {search} |" + " n/a |" * 6 + " |")
+                    continue
+                median = statistics.median(m.seconds)
+                layout = chosen[(family, batch, beam)].layout
+                print(
+                    f"| {family} | {batch} | {search} | {1000 * median / n:.1f} "
+                    f"| {m.tokens / median:.0f} | {m.tokens / min(m.seconds):.0f} "
+                    f"| {versus(m, ct2_fp32)} | {versus(m, ct2_int8)} | {m.tokens} | {layout} |"
+                )
+
+    print("\nbeam / greedy time at batch 8:" if 8 in batch_sizes else "", end="")
+    if 8 in batch_sizes and len(searches) == 2:
+        print()
+        for family in families:
+            greedy, beam = measure(family, 8, 1), measure(family, 8, searches[1])
+            if greedy and beam:
+                value = statistics.median(beam.seconds) / statistics.median(greedy.seconds)
+                print(f"  {family}: beam{searches[1]}/greedy = {value:.2f}")
+            else:
+                print(f"  {family}: n/a")
+
+    print("\nidentical token ids (greedy, compared up to the engine's per-sentence limit):")
+
+    def outputs(family: str, batch: int, beam: int = 1) -> Outputs | None:
+        m = measure(family, batch, beam)
+        return m.outputs if m else None
+
+    pairs = [
+        ("ours fp32", "ct2 fp32"),
+        ("ours fp32", "torch kv-cache"),
+        ("torch kv-cache", "torch no-cache"),
+        ("ours int8", "ours fp32"),
+        ("ct2 int8", "ct2 fp32"),
+        ("ours int8", "ct2 int8"),
+    ]
+    for batch in batch_sizes:
+        for a, b in pairs:
+            rate = match_rate(outputs(a, batch), outputs(b, batch), limits)
+            print(f"  batch {batch:>2}: {a} vs {b}: {rate}")
+    first, last = batch_sizes[0], batch_sizes[-1]
+    if first != last:
+        print(
+            f"  ours fp32 batch {first} vs batch {last}: "
+            f"{match_rate(outputs('ours fp32', first), outputs('ours fp32', last), limits)}"
+        )
+    if len(searches) == 2:
+        for batch in batch_sizes:
+            print(
+                f"  beam {searches[1]}, batch {batch:>2}: ours fp32 vs ct2 fp32 (informative: "
+                "stopping rules differ): "
+                + match_rate(
+                    outputs("ours fp32", batch, searches[1]),
+                    outputs("ct2 fp32", batch, searches[1]),
+                    limits,
+                )
+            )
+    ours, ct2 = outputs("ours fp32", batch_sizes[0]), outputs("ct2 fp32", batch_sizes[0])
+    if ours and ct2:
+        for line in first_mismatches(ours, ct2, limits):
+            print(line)
+        at_limit = sum(len(x) >= n for x, n in zip(ours, limits, strict=True))
+        ct2_at_limit = sum(len(x) >= args.max_length for x in ct2)
+        print(
+            f"  sentences stopped by the length limit (greedy, batch {batch_sizes[0]}): "
+            f"ours {at_limit}, ct2 {ct2_at_limit} (ct2 has no per-sentence ratio limit)"
+        )
+    torch_ids = outputs("torch kv-cache", batch_sizes[0])
+    if ours and torch_ids:
+        same = sum(_same(x, y, n) for x, y, n in zip(ours, torch_ids, limits, strict=True))
+        if same < 0.95 * len(ours):
+            print(
+                "  WARNING: ours fp32 and the checkpoint in PyTorch disagree on "
+                f"{len(ours) - same} sentences: is the bundle an export of this checkpoint?"
+            )
+    # PAD and BOS are masked in our decoder step; seeing them means a stale export or a
+    # conversion that lost the mask.
+    for (name, batch, beam), m in sorted(results.items()):
+        bad = sum(any(t in (PAD_ID, BOS_ID) for t in ids) for ids in m.outputs or [])
+        if bad:
+            print(f"  WARNING: {name} batch {batch} beam {beam}: {bad} outputs contain PAD/BOS")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

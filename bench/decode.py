@@ -84,12 +84,17 @@ def ours_runner(
     threads: int,
     max_length: int,
     engine: Engine | None = None,
+    ratio: float = DecodeOptions().max_length_ratio,
 ) -> Runner:
     engine = engine or Engine(bundle, device="cpu", threads=threads, variant=variant)
 
     def run(batch: int, beam: int) -> Outputs:
         results = engine.translate(
-            sentences, beam_size=beam, max_length=max_length, max_batch_rows=batch * beam
+            sentences,
+            beam_size=beam,
+            max_length=max_length,
+            max_length_ratio=ratio,
+            max_batch_rows=batch * beam,
         )
         return [r.hypotheses[0].token_ids for r in results]
 
@@ -240,6 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument(
+        "--max-length-ratio",
+        type=float,
+        default=DecodeOptions().max_length_ratio,
+        help="ours/torch also stop at ratio x source tokens + 10; a large value makes every "
+        "engine stop at --max-length alone (for random-weight models that never emit EOS)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time (all threads), steadier than wall time when other "
+        "processes share the cores",
+    )
+    parser.add_argument(
         "--skip",
         default="",
         help="comma-separated engine families to leave out, e.g. 'torch no-cache,ct2 int8'",
@@ -264,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(engine.tokenize(s)) <= config.max_positions
     ][: args.sentences]
     sources = [engine.tokenize(s) for s in sentences]
-    ratio = DecodeOptions().max_length_ratio
+    ratio = args.max_length_ratio
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     # The engine's per-sentence cap (DecodeBatch.add); the torch paths use the same.
     limits = [
         min(args.max_length, int(ratio * len(ids)) + 10, config.max_positions - 1)
@@ -283,7 +303,13 @@ def main(argv: list[str] | None = None) -> int:
                 reuse = engine if (variant, threads) == ("fp32", args.threads) else None
                 runners.append(
                     ours_runner(
-                        Path(args.bundle), variant, sentences, threads, args.max_length, reuse
+                        Path(args.bundle),
+                        variant,
+                        sentences,
+                        threads,
+                        args.max_length,
+                        reuse,
+                        ratio,
                     )
                 )
     for cached in (True, False):
@@ -305,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.checkpoint}; bundle {args.bundle}\n"
             f"{len(sentences)} sentences of {args.test} ({sum(map(len, sources))} source tokens "
             f"with EOS); max_length {args.max_length} (+ ratio {ratio} for ours/torch); "
-            f"{args.rounds} rounds; threads {args.threads} (torch "
+            f"{args.rounds} rounds; {args.clock} clock; threads {args.threads} (torch "
             f"{torch.get_num_threads()})\n"
             f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
             f"load average before {load_before[0]:.2f}; torch {torch.__version__}, "
@@ -321,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             for beam in searches:
                 for round_index in range(args.rounds):
                     for runner in runners:
-                        started = time.perf_counter()
+                        started = clock()
                         outputs = runner.run(batch, beam)
-                        elapsed = time.perf_counter() - started
+                        elapsed = clock() - started
                         if outputs is None:
                             continue
                         measure = results.setdefault((runner.name, batch, beam), Measure())

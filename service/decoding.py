@@ -31,6 +31,7 @@ from service.bundle import Bundle, BundleError, load_bundle
 from service.normalize import clean_text
 
 NEG_INF = -1e30
+DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values"]  # the contract's order
 
 
 class SourceTooLong(ValueError):
@@ -96,6 +97,15 @@ class _Sentence:
     @property
     def width(self) -> int:
         return self.options.beam_size
+
+
+@dataclass
+class _Hole:
+    """The rows of a sentence that left. A waiting sentence of the same width takes them over
+    at the next step (its encoder output is written into them, no cache is copied); holes left
+    over are compacted away before the decoder runs, so a step never computes a dead row."""
+
+    width: int
 
 
 def _pad_axis(array: np.ndarray, axis: int, size: int) -> np.ndarray:
@@ -190,12 +200,16 @@ class Engine:
         results: dict[int, Translation] = {}
         batch = self.new_batch()
         pending = list(reversed(order))
+        capacity = max(max_batch_rows, decode_options.beam_size)
         while pending or len(batch):
-            while pending and batch.num_rows + decode_options.beam_size <= max(
-                max_batch_rows, decode_options.beam_size
-            ):
-                index = pending.pop()
-                batch.add(index, sources[index], decode_options)
+            # Offline, batches run until they drain, as CTranslate2's do: a row that joins a
+            # running batch makes every row's cache as wide as the oldest row's history (and
+            # its source as wide as the longest), which costs more than idle rows would (2x
+            # for beam 4 at batch 8). The service's scheduler keeps continuous batching.
+            if not batch.num_rows:
+                while pending and batch.num_rows + decode_options.beam_size <= capacity:
+                    index = pending.pop()
+                    batch.add(index, sources[index], decode_options)
             for key, translation in batch.step():
                 results[key] = translation
         return [results[i] for i in range(len(sources))]
@@ -205,7 +219,7 @@ class Engine:
         return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
     def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        return tuple(self.decoder.run(None, feeds))
+        return tuple(self.decoder.run(DECODER_OUTPUTS, feeds))
 
 
 class DecodeBatch:
@@ -214,7 +228,7 @@ class DecodeBatch:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.sentences: list[_Sentence] = []
+        self.sentences: list[_Sentence | _Hole] = []  # in row order
         self.waiting: list[_Sentence] = []
         e = engine
         self.cross_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
@@ -226,13 +240,16 @@ class DecodeBatch:
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
         self.steps = 0  # decoder steps run, for metrics
+        self._holes = False  # some entries of self.sentences are _Hole
+        self._rows_left = False  # rows were emptied since the cache columns were last trimmed
 
     def __len__(self) -> int:
-        return len(self.sentences) + len(self.waiting)
+        return sum(not isinstance(s, _Hole) for s in self.sentences) + len(self.waiting)
 
     @property
     def num_rows(self) -> int:
-        return sum(s.width for s in self.sentences) + sum(s.width for s in self.waiting)
+        live = sum(s.width for s in self.sentences if not isinstance(s, _Hole))
+        return live + sum(s.width for s in self.waiting)
 
     @property
     def num_tokens(self) -> int:
@@ -262,13 +279,20 @@ class DecodeBatch:
 
     def remove(self, key: Hashable) -> None:
         self.waiting = [s for s in self.waiting if s.key != key]
-        if any(s.key == key for s in self.sentences):
-            self._keep([s for s in self.sentences if s.key != key], None)
+        row = 0
+        for index, sentence in enumerate(self.sentences):
+            if not isinstance(sentence, _Hole) and sentence.key == key:
+                self.sentences[index] = _Hole(sentence.width)
+                self.self_mask[row : row + sentence.width] = False
+                self._holes = True
+            row += sentence.width
 
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> list[tuple[Hashable, Translation]]:
         if self.waiting:
             self._admit()
+        if self._holes:
+            self._compact()
         if not self.sentences:
             return []
         rows = len(self.tokens)
@@ -290,36 +314,45 @@ class DecodeBatch:
         self.self_keys, self.self_values = present_keys, present_values
         self.self_mask = self_mask
 
-        order: list[int] = []  # rows of the next step, as indices into this step's rows
-        next_tokens: list[int] = []
-        survivors: list[_Sentence] = []
+        order = np.arange(rows)  # rows of the next step, as indices into this step's rows
+        next_tokens = np.full(rows, self.engine.bos_id, np.int64)
+        dead: list[int] = []  # rows of sentences that finished: holes until refilled
         done: list[tuple[Hashable, Translation]] = []
+        moved = False
         row = 0
-        for sentence in self.sentences:
+        # One argmax over the whole block for the greedy rows (cheaper than one per row).
+        best_ids = log_probs.argmax(axis=1)
+        picked = log_probs[order, best_ids].tolist()
+        best = best_ids.tolist()
+        for index, sentence in enumerate(self.sentences):
             width = sentence.width
-            block = log_probs[row : row + width]
             if width == 1:
-                parents, tokens = self._greedy(sentence, block)
+                parents, tokens = self._greedy(sentence, best[row], picked[row])
             else:
-                parents, tokens = self._beam(sentence, block)
+                parents, tokens = self._beam(sentence, log_probs[row : row + width])
             if parents is None:
                 done.append((sentence.key, self._result(sentence)))
+                self.sentences[index] = _Hole(width)
+                self._holes = True
+                dead.extend(range(row, row + width))
+            elif width == 1:
+                next_tokens[row] = tokens[0]
             else:
-                survivors.append(sentence)
-                order.extend(row + p for p in parents)
-                next_tokens.extend(tokens)
+                if parents != list(range(width)):
+                    order[row : row + width] = [row + p for p in parents]
+                    moved = True
+                next_tokens[row : row + width] = tokens
             row += width
-        self._keep(survivors, (np.asarray(order, np.int64), np.asarray(next_tokens, np.int64)))
+        self._advance(order if moved else None, next_tokens, dead)
         return done
 
-    def _greedy(self, sentence: _Sentence, log_probs: np.ndarray):
-        token = int(log_probs[0].argmax())
+    def _greedy(self, sentence: _Sentence, token: int, log_prob: float):
         sentence.steps += 1
-        sentence.scores[0] += float(log_probs[0, token])
+        sentence.scores[0] += log_prob
         if token == self.engine.eos_id:
             sentence.finished.append((sentence.scores[0], sentence.prefixes[0]))
             return None, None
-        sentence.prefixes[0] = [*sentence.prefixes[0], token]
+        sentence.prefixes[0].append(token)
         if sentence.steps >= sentence.max_new:
             sentence.finished.append((sentence.scores[0], sentence.prefixes[0]))
             return None, None
@@ -408,50 +441,66 @@ class DecodeBatch:
         return Translation(hypotheses)
 
     # -- batch bookkeeping ----------------------------------------------------------------------
-    def _keep(self, sentences: list[_Sentence], update) -> None:
-        """Keep only ``sentences``' rows. ``update`` = (row order, next tokens) after a step,
-        or None when removing a sentence outside a step (rows keep their tokens)."""
-        if update is None:
-            order_list, row = [], 0
-            keep = {id(s) for s in sentences}
-            for sentence in self.sentences:
-                if id(sentence) in keep:
-                    order_list.extend(range(row, row + sentence.width))
-                row += sentence.width
-            order = np.asarray(order_list, np.int64)
-            tokens = self.tokens[order]
-            positions = self.positions[order]
+    def _advance(self, order: np.ndarray | None, tokens: np.ndarray, dead: list[int]) -> None:
+        """After a step: beams take their parents' cache rows (``order``, None when no row
+        moved), every row gets its next token, finished rows become holes. Beams reorder only
+        within their sentence, whose rows share one source: the cross keys/values stay put."""
+        self.tokens = tokens
+        if order is None:
+            self.positions = self.positions + 1
         else:
-            order, tokens = update
-            positions = self.positions[order] + 1
-        # Beams reorder only within their sentence, whose rows share one source: the cross
-        # keys/values need a gather only when the set of sentences changes.
-        same_sentences = len(sentences) == len(self.sentences)
-        self.sentences = sentences
-        self.tokens, self.positions = tokens, positions
-        rows_unchanged = len(order) == len(self.self_mask) and bool(
-            (order == np.arange(len(order))).all()
-        )
-        if not rows_unchanged:
+            self.positions = self.positions[order] + 1
             self.self_mask = self.self_mask[order]
-            self.src_mask = self.src_mask[order]
-        # Trim cache columns and source positions that no remaining row uses.
-        if len(order):
-            first = int(self.self_mask.any(axis=0).argmax())
-            src_len = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1
+        if dead:
+            self.positions[dead] = 0
+            self.self_mask[dead] = False
+            self._rows_left = True
+        if order is None and not self._rows_left:
+            return  # no row left or moved: the columns in use are the same as last step
+        self._rows_left = False
+        # Leading cache columns no row uses any more are trimmed while copying anyway, or
+        # once they are an eighth of the cache (a copy of its own).
+        past = self.self_mask.shape[1]
+        used = self.self_mask.any(axis=0)
+        first = int(used.argmax()) if used.any() else 0
+        if order is None and first * 8 < past:
+            return
+        self.self_mask = self.self_mask[:, first:]
+        if order is None:
+            self.self_keys = np.ascontiguousarray(self.self_keys[:, :, :, first:])
+            self.self_values = np.ascontiguousarray(self.self_values[:, :, :, first:])
         else:
-            first, src_len = self.self_mask.shape[1], 0
-        if not rows_unchanged or first:
-            self.self_mask = self.self_mask[:, first:]
-            self.self_keys = np.ascontiguousarray(self.self_keys[:, order, :, first:])
-            self.self_values = np.ascontiguousarray(self.self_values[:, order, :, first:])
-        if not same_sentences or src_len != self.src_mask.shape[1]:
-            self.src_mask = self.src_mask[:, :src_len]
-            self.cross_keys = np.ascontiguousarray(self.cross_keys[:, order, :, :src_len])
-            self.cross_values = np.ascontiguousarray(self.cross_values[:, order, :, :src_len])
+            self.self_keys = np.take(self.self_keys[:, :, :, first:], order, axis=1)
+            self.self_values = np.take(self.self_values[:, :, :, first:], order, axis=1)
+
+    def _compact(self) -> None:
+        """Drop the holes' rows, and cache columns and source positions no row uses."""
+        order_list, row, live = [], 0, []
+        for sentence in self.sentences:
+            if not isinstance(sentence, _Hole):
+                order_list.extend(range(row, row + sentence.width))
+                live.append(sentence)
+            row += sentence.width
+        order = np.asarray(order_list, np.int64)
+        self.sentences = live
+        self._holes = False
+        self.tokens, self.positions = self.tokens[order], self.positions[order]
+        self_mask, src_mask = self.self_mask[order], self.src_mask[order]
+        if len(order):
+            used = self_mask.any(axis=0)
+            first = int(used.argmax()) if used.any() else self_mask.shape[1]
+            src_len = int(src_mask.any(axis=0).nonzero()[0].max()) + 1
+        else:
+            first, src_len = self_mask.shape[1], 0
+        self.self_mask, self.src_mask = self_mask[:, first:], src_mask[:, :src_len]
+        self.self_keys = np.take(self.self_keys[:, :, :, first:], order, axis=1)
+        self.self_values = np.take(self.self_values[:, :, :, first:], order, axis=1)
+        self.cross_keys = np.take(self.cross_keys[:, :, :, :src_len], order, axis=1)
+        self.cross_values = np.take(self.cross_values[:, :, :, :src_len], order, axis=1)
 
     def _admit(self) -> None:
-        """Encode the waiting sentences in one batch and merge them into the running rows."""
+        """Encode the waiting sentences in one batch; each takes over a hole of its width
+        when there is one, the rest are appended to the running rows."""
         e = self.engine
         new, self.waiting = self.waiting, []
         src_len = max(len(s.source_ids) for s in new)
@@ -459,6 +508,43 @@ class DecodeBatch:
         for i, sentence in enumerate(new):
             src[i, : len(sentence.source_ids)] = sentence.source_ids
         cross_keys, cross_values, src_mask = e.run_encoder(src)
+
+        if self._holes and all(isinstance(s, _Hole) for s in self.sentences):
+            self._compact()  # nothing running: start afresh rather than in old, wide rows
+        holes: dict[int, list[tuple[int, int]]] = {}  # width -> [(index, first row)]
+        row = 0
+        for index, sentence in enumerate(self.sentences):
+            if isinstance(sentence, _Hole):
+                holes.setdefault(sentence.width, []).append((index, row))
+            row += sentence.width
+        appended = []
+        if holes:
+            if src_len > self.src_mask.shape[1]:
+                self._widen_source(src_len)
+            for i, sentence in enumerate(new):
+                free = holes.get(sentence.width)
+                if not free:
+                    appended.append(i)
+                    continue
+                index, first = free.pop(0)
+                rows = slice(first, first + sentence.width)
+                self.sentences[index] = sentence
+                # Only this sentence's rows are written; the (masked) self cache stays as is.
+                self.cross_keys[:, rows, :, :src_len] = cross_keys[:, i : i + 1]
+                self.cross_keys[:, rows, :, src_len:] = 0.0
+                self.cross_values[:, rows, :, :src_len] = cross_values[:, i : i + 1]
+                self.cross_values[:, rows, :, src_len:] = 0.0
+                self.src_mask[rows, :src_len] = src_mask[i]
+                self.src_mask[rows, src_len:] = False
+                self.self_mask[rows] = False
+                self.tokens[rows] = e.bos_id
+                self.positions[rows] = 0
+                self._rows_left = True  # the next step may trim columns no row uses now
+            if not appended:
+                return
+            new = [new[i] for i in appended]
+            cross_keys, cross_values = cross_keys[:, appended], cross_values[:, appended]
+            src_mask = src_mask[appended]
         # Each sentence gets beam_size identical rows.
         repeat = np.asarray([s.width for s in new])
         cross_keys = np.repeat(cross_keys, repeat, axis=1)
@@ -484,3 +570,8 @@ class DecodeBatch:
         self.tokens = np.concatenate([self.tokens, np.full(rows, e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros(rows, np.int64)])
         self.sentences.extend(new)
+
+    def _widen_source(self, src_len: int) -> None:
+        self.cross_keys = _pad_axis(self.cross_keys, 3, src_len)
+        self.cross_values = _pad_axis(self.cross_values, 3, src_len)
+        self.src_mask = _pad_axis(self.src_mask, 1, src_len)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service.decoding import DecodeOptions, Engine, SourceTooLong
+from service.decoding import DecodeOptions, Engine, SourceTooLong, _Hole
 from training.config import BOS_ID, EOS_ID, PAD_ID
 from training.corpus import read_tsv
 from training.export import load_checkpoint
@@ -143,6 +143,26 @@ def test_sentences_joining_a_running_batch_get_their_own_answer(engine: Engine, 
     }
     beam_expected = {i: engine.translate([pairs[i][0]], beam_size=3)[0].text for i in (0, 3, 6)}
     assert {k: results[k].text for k in (0, 3, 6)} == beam_expected
+
+
+def test_finished_rows_are_reused_by_sentences_of_the_same_width(engine: Engine, pairs) -> None:
+    """A sentence joining after one of its width left takes over that sentence's rows."""
+    sources = [s for s, _ in pairs[:12]]
+    expected = [t.text for t in engine.translate(sources, max_batch_rows=1)]
+    batch = engine.new_batch()
+    results: dict = {}
+    pending = list(range(len(sources)))
+    reused = 0
+    while pending or len(batch):
+        while pending and batch.num_rows < 4:
+            index = pending.pop(0)
+            batch.add(index, engine.tokenize(sources[index]), DecodeOptions())
+        holes = any(isinstance(s, _Hole) for s in batch.sentences)
+        rows_before = len(batch.tokens)
+        results.update(batch.step())
+        reused += holes and len(batch.tokens) >= rows_before  # refilled, not compacted
+    assert [results[i].text for i in range(len(sources))] == expected
+    assert reused
 
 
 def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:

@@ -86,3 +86,21 @@ def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> 
     manifest_path.write_text("{not json")
     with pytest.raises(BundleError, match="not valid JSON"):
         load_bundle(bundle_copy)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: bool) -> None:
+    """Post-norm models get the fused decoder graph, pre-norm ones the traced one; either way
+    exporting must leave the model in eval mode (dropout off) for the parity check."""
+    from training.config import ModelConfig
+    from training.model import Transformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(
+        d_model=32, d_ff=64, heads=2, encoder_layers=1, decoder_layers=2, dropout=0.3,
+        vocab_size=50, max_positions=32, pre_norm=pre_norm,
+    )
+    model = Transformer(config).eval()
+    export.export_graphs(model, tmp_path)
+    assert not model.training
+    assert verify_parity(model, tmp_path, steps=4) < 1e-4

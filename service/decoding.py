@@ -239,7 +239,6 @@ class DecodeBatch:
         self.self_mask = np.zeros((0, 0), bool)
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
-        self.steps = 0  # decoder steps run, for metrics
         self._holes = False  # some entries of self.sentences are _Hole
         self._rows_left = False  # rows were emptied since the cache columns were last trimmed
 
@@ -250,11 +249,6 @@ class DecodeBatch:
     def num_rows(self) -> int:
         live = sum(s.width for s in self.sentences if not isinstance(s, _Hole))
         return live + sum(s.width for s in self.waiting)
-
-    @property
-    def num_tokens(self) -> int:
-        """Source plus cache tokens held per row, the memory and compute a step touches."""
-        return self.num_rows * (self.src_mask.shape[1] + self.self_mask.shape[1] + 1)
 
     def add(self, key: Hashable, source_ids: list[int], options: DecodeOptions) -> None:
         e = self.engine
@@ -309,7 +303,6 @@ class DecodeBatch:
                 "src_mask": self.src_mask,
             }
         )
-        self.steps += 1
         # The graph returns the grown cache: feeding it back as is costs no copy here.
         self.self_keys, self.self_values = present_keys, present_values
         self.self_mask = self_mask

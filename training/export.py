@@ -129,34 +129,24 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     # The exporter restores the wrapper's mode afterwards, and a fresh wrapper is in training
     # mode: without .eval() it would leave the model with dropout on for the parity check.
     model.eval()
-    with torch.no_grad():
+
+    def trace(graph: nn.Module, args, name: str, inputs, outputs, dynamic_axes) -> None:
         # The TorchScript-based exporter keeps the graph close to the module structure and
         # handles a zero-length cache on the first step, which dynamo's shape guards reject.
-        torch.onnx.export(
-            EncoderGraph(model).eval(),
-            encoder_args,
-            out_dir / "encoder.onnx",
-            input_names=ENCODER_INPUTS,
-            output_names=ENCODER_OUTPUTS,
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
-        if not model.config.pre_norm:
+        torch.onnx.export(graph.eval(), args, out_dir / name, input_names=inputs,
+                          output_names=outputs, dynamic_axes=dynamic_axes,
+                          opset_version=OPSET, dynamo=False)
+
+    with torch.no_grad():
+        trace(EncoderGraph(model), encoder_args, "encoder.onnx", ENCODER_INPUTS,
+              ENCODER_OUTPUTS, axes)
+        if model.config.pre_norm:
+            trace(DecoderGraph(model), decoder_args, "decoder.onnx", DECODER_INPUTS,
+                  DECODER_OUTPUTS, decoder_axes)
+        else:
             import onnx
 
             onnx.save(_fused_decoder_graph(model), out_dir / "decoder.onnx")
-            return
-        torch.onnx.export(
-            DecoderGraph(model).eval(),
-            decoder_args,
-            out_dir / "decoder.onnx",
-            input_names=DECODER_INPUTS,
-            output_names=DECODER_OUTPUTS,
-            dynamic_axes=decoder_axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
 
 
 def _fused_decoder_graph(model: Transformer):

@@ -58,7 +58,9 @@ def test_greedy_equals_pytorch_and_full_prefix_recomputation(engine, pairs, tiny
             assert prefix[1:] == expected
 
 
-def test_batch_invariance_greedy_and_beam(engine: Engine, pairs) -> None:
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_batch_invariance_greedy_and_beam(tiny_bundle: Path, variant: str, pairs) -> None:
+    engine = Engine(tiny_bundle, device="cpu", threads=1, variant=variant)
     # 32 sentences of mixed length, some unseen, some repeated.
     sources = [s for s, _ in pairs[:24]] + [
         "Hello.", "The cat.", "Please close the window and the door of the garden.",
@@ -168,8 +170,10 @@ def test_finished_rows_are_reused_by_sentences_of_the_same_width(engine: Engine,
 def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:
     int8 = Engine(tiny_bundle, device="cpu", threads=1, variant="int8")
     assert int8.variant == "int8"
-    translations = int8.translate([s for s, _ in pairs[:8]])
-    assert all(t.text for t in translations)
+    sources, targets = zip(*pairs[:16], strict=True)
+    translations = [t.text for t in int8.translate(list(sources))]
+    # Weight-only int8 keeps nearly all of what the float model memorised.
+    assert sum(t == r for t, r in zip(translations, targets, strict=True)) >= 14
 
 
 def test_bad_options_are_rejected(engine: Engine) -> None:

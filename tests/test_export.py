@@ -50,6 +50,20 @@ def test_export_refuses_a_bundle_that_fails_parity(tiny_checkpoint: Path, tmp_pa
     assert list(tmp_path.iterdir()) == []  # no staging directory left behind
 
 
+def test_batch_invariance_check_catches_per_tensor_quantisation(tiny_bundle: Path,
+                                                                 tmp_path: Path) -> None:
+    export.verify_batch_invariance(tiny_bundle, "encoder.int8.onnx", "decoder.int8.onnx")
+    # Dynamic quantisation scales activations per batch: the check must refuse it.
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    shutil.copy(tiny_bundle / "encoder.onnx", tmp_path / "encoder.onnx")
+    quantize_dynamic(tiny_bundle / "decoder.onnx", tmp_path / "decoder.dynamic.onnx",
+                     weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                     extra_options={"DefaultTensorType": 1})  # FLOAT for com.microsoft outputs
+    with pytest.raises(RuntimeError, match=r"batch invariance: decoder\.dynamic\.onnx row"):
+        export.verify_batch_invariance(tmp_path, "encoder.onnx", "decoder.dynamic.onnx")
+
+
 @pytest.fixture
 def bundle_copy(tiny_bundle: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(tiny_bundle, tmp_path / "copy"))

@@ -5,7 +5,7 @@
     translate-train train    --config configs/en-de.toml [--resume] [--set train.max_steps=1000]
     torchrun --nproc_per_node 4 -m training.cli train --config configs/en-de.toml
     translate-train average  OUT.pt CKPT.pt CKPT.pt ...   |   average OUT.pt --last 5 [--dir D]
-    translate-train export   CHECKPOINT OUT_DIR [--int8] [--no-parity]
+    translate-train export   CHECKPOINT OUT_DIR [--int8 [--default-variant int8]] [--no-parity]
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
 
 Every subcommand takes ``--config FILE.toml`` and repeated ``--set section.field=value``.
@@ -60,7 +60,7 @@ def _export(args: argparse.Namespace, config: Config) -> None:
     from training.export import export_bundle
 
     print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8,
-                        check_parity=not args.no_parity))
+                        check_parity=not args.no_parity, default_variant=args.default_variant))
 
 
 def _evaluate(args: argparse.Namespace, config: Config) -> None:
@@ -101,7 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("export", parents=[common], help="export a checkpoint to a bundle")
     p.add_argument("checkpoint")
     p.add_argument("out_dir")
-    p.add_argument("--int8", action="store_true", help="also write dynamically quantised graphs")
+    p.add_argument("--int8", action="store_true",
+                   help="also write int8 graphs (weight-only MatMulNBits, batch-invariant)")
+    p.add_argument("--default-variant", choices=["fp32", "int8"], default="fp32",
+                   help="the variant the service loads unless told otherwise")
     p.add_argument("--no-parity", action="store_true", help="skip the ONNX/PyTorch parity check")
     p.set_defaults(run=_export)
     p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")

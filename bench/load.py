@@ -6,7 +6,8 @@ from a test file, as fast as answers come back. Reported per run: sentences/s, t
 
 By default the script starts the server twice from MODEL_DIR (``BATCHING=true``, then
 ``BATCHING=false``: one sentence at a time), measures the engine's offline batch-32 throughput
-in-process, and prints the ratios. ``--url`` measures an already running server instead (add
+in-process, and the bare engine's batch-1 latency on the very sentences the 1-client run
+posts, and prints the ratios. ``--url`` measures an already running server instead (add
 ``--url-unbatched`` for the comparison). It prints figures and never asserts.
 
     python bench/load.py                                # models/, test set or fixture
@@ -76,12 +77,17 @@ async def generated_tokens(client: httpx.AsyncClient) -> float | None:
     return sum(values) if values else None
 
 
+def draw(sentences: list[str], clients: int, requests: int) -> list[str]:
+    """The sentences a run posts: the same draw for batched, unbatched and engine runs."""
+    pool = random.Random(clients)
+    return [pool.choice(sentences) for _ in range(requests)]
+
+
 async def load_run(
     url: str, label: str, clients: int, sentences: list[str], requests: int, headers: dict
 ) -> RunResult:
     result = RunResult(label, clients)
-    pool = random.Random(clients)  # the same draw for batched and unbatched runs
-    work = [pool.choice(sentences) for _ in range(requests)]
+    work = draw(sentences, clients, requests)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(
         base_url=url, timeout=120, limits=limits, headers=headers
@@ -171,7 +177,8 @@ def measure_server(
     return results
 
 
-def measure_offline(model_dir: Path, sentences: list[str], batch: int = 32) -> RunResult:
+def offline_engine(model_dir: Path):
+    """The engine the server would load first from ``model_dir``, in this process."""
     if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
         sys.path.insert(0, str(ROOT))
     from service.decoding import Engine
@@ -180,14 +187,22 @@ def measure_offline(model_dir: Path, sentences: list[str], batch: int = 32) -> R
     directories = bundle_dirs(model_dir)
     if not directories:
         raise RuntimeError(f"no bundle in {model_dir}")
-    engine = Engine(
+    return Engine(
         directories[0], device=os.environ.get("DEVICE", "auto"), threads=_threads_from_env()
     )
+
+
+def _fitting(engine, sentences: list[str]) -> list[str]:
     # Offline translate refuses sentences over the model's positions (the server splits them).
     fitting = [s for s in sentences if len(engine.tokenize(s)) <= engine.max_source_tokens]
     if len(fitting) < len(sentences):
         print(f"offline: left out {len(sentences) - len(fitting)} sentences over the positions")
-    sentences = fitting
+    return fitting
+
+
+def measure_offline(engine, sentences: list[str], batch: int = 32) -> RunResult:
+    """The engine's throughput on static batches of ``batch`` sentences, no HTTP."""
+    sentences = _fitting(engine, sentences)
     engine.translate(sentences[:batch])  # warm-up
     result = RunResult(f"offline batch-{batch}", batch)
     started = time.perf_counter()
@@ -197,6 +212,23 @@ def measure_offline(model_dir: Path, sentences: list[str], batch: int = 32) -> R
             tokens += len(translation.hypotheses[0].token_ids)
     result.seconds = time.perf_counter() - started
     result.sentences = len(sentences)
+    result.tokens = tokens
+    return result
+
+
+def measure_engine_latency(engine, work: list[str]) -> RunResult:
+    """The bare engine's batch-1 latency over exactly the sentences one client posts."""
+    work = _fitting(engine, work)
+    engine.translate(work[:4])  # warm-up
+    result = RunResult("engine batch-1", 1)
+    tokens = 0
+    for sentence in work:
+        started = time.perf_counter()
+        translation = engine.translate([sentence])[0]
+        result.latencies.append(time.perf_counter() - started)
+        tokens += len(translation.hypotheses[0].token_ids)
+    result.seconds = sum(result.latencies)
+    result.sentences = len(work)
     result.tokens = tokens
     return result
 
@@ -280,11 +312,15 @@ def main(argv: list[str] | None = None) -> None:
             finally:
                 server.stop()
 
-    offline = None
+    offline = engine_alone = None
     if not args.no_offline:
         try:
-            offline = measure_offline(args.model_dir, sentences)
+            engine = offline_engine(args.model_dir)
+            offline = measure_offline(engine, sentences)
             print_row(offline)
+            if 1 in levels:
+                engine_alone = measure_engine_latency(engine, draw(sentences, 1, args.requests))
+                print_row(engine_alone)
         except Exception as exc:  # a bench reports, it does not fail
             print(f"offline run skipped: {exc}")
 
@@ -301,6 +337,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"server ({on.clients:>2} clients) / offline batch-32: "
                 f"{ratio(on.sentences_per_s, offline.sentences_per_s)} sentences/s"
             )
+    one_client = next((r for r in batched if r.clients == 1), None)
+    if engine_alone is not None and one_client is not None:
+        print(
+            f"server (1 client) / engine batch-1, same sentences: p50 latency "
+            f"{ratio(one_client.percentile(50), engine_alone.percentile(50))}"
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
@@ -55,6 +56,21 @@ class ServiceState:
     error: str | None = None
     engines: dict[Pair, Engine] = field(default_factory=dict)
     scheduler: Scheduler | None = None
+    shutdown_started: float | None = None  # time.monotonic() of the stop signal
+
+    def begin_shutdown(self) -> None:
+        """From the stop signal on, new requests get 503 and the grace period runs."""
+        if self.shutdown_started is None:
+            self.shutdown_started = time.monotonic()
+        if self.phase != "failed":
+            self.phase = "draining"
+
+    def grace_left(self) -> float:
+        """What is left of SHUTDOWN_GRACE_S, counted from the stop signal."""
+        grace = self.settings.shutdown_grace_s
+        if self.shutdown_started is None:
+            return grace
+        return max(0.0, grace - (time.monotonic() - self.shutdown_started))
 
 
 def pair_label(pair: Pair) -> str:

@@ -16,8 +16,10 @@ import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
@@ -105,13 +107,15 @@ def create_app(
         try:
             yield
         finally:
-            state.phase = "draining" if state.phase != "failed" else "failed"
+            state.begin_shutdown()  # a no-op when the stop signal already began it
             if not loading.done():
                 # The load runs in a thread that cannot be interrupted; wait for it so the
                 # scheduler it may start gets drained too.
                 await loading
             if state.scheduler is not None:
-                drained = await state.scheduler.drain(settings.shutdown_grace_s)
+                # uvicorn has already spent part of the grace period waiting for open
+                # requests: the whole shutdown stays within SHUTDOWN_GRACE_S, not twice it.
+                drained = await state.scheduler.drain(state.grace_left())
                 if not drained:
                     log.warning("shutdown grace period over; unfinished requests were failed")
 
@@ -175,19 +179,36 @@ def logging_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def run() -> None:
-    """``translate-serve``: serve with uvicorn, configured from the environment."""
-    import uvicorn
+class Server(uvicorn.Server):
+    """uvicorn that starts the service's shutdown at the stop signal, not after the open
+    connections close: requests arriving meanwhile get 503 and the grace period counts
+    from the signal."""
 
-    settings = Settings()
-    uvicorn.run(
-        create_app(settings),
+    def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
+        super().__init__(config)
+        self.service_state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.service_state.begin_shutdown()
+        super().handle_exit(sig, frame)
+
+
+def server_for(app: FastAPI, settings: Settings) -> Server:
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_config=logging_config(settings),
         log_level=settings.log_level,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
     )
+    return Server(config, app.state.service)
+
+
+def run() -> None:
+    """``translate-serve``: serve with uvicorn, configured from the environment."""
+    settings = Settings()
+    server_for(create_app(settings), settings).run()
 
 
 if __name__ == "__main__":

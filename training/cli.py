@@ -68,7 +68,8 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
 
     result = evaluate_bundle(args.bundle, args.test_tsv, beam_size=args.beam_size,
                              limit=args.limit, variant=args.variant, threads=args.threads,
-                             hypotheses_out=args.hypotheses)
+                             hypotheses_out=args.hypotheses,
+                             by_source=config.data if args.by_source else None)
     print(json.dumps(result, indent=2, default=str))
 
 
@@ -115,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--hypotheses", default=None, help="write the translations to this file")
+    p.add_argument("--by-source", action="store_true",
+                   help="also score each corpus file's share (the --config's data.sources)")
     p.set_defaults(run=_evaluate)
     return parser
 

@@ -10,7 +10,9 @@ from typing import Any
 import sacrebleu
 
 from service.decoding import Engine
-from training.corpus import read_tsv
+from service.normalize import clean_text
+from training.config import DataConfig
+from training.corpus import _iter_raw, _short_name, read_tsv
 
 
 def evaluate_bundle(
@@ -23,9 +25,12 @@ def evaluate_bundle(
     threads: int = 0,
     max_batch_rows: int = 64,
     hypotheses_out: str | Path | None = None,
+    by_source: DataConfig | None = None,
 ) -> dict[str, Any]:
     """Translate the source side of ``test_tsv`` and score it against the target side.
-    Sentences longer than the model's positions are skipped and counted, not cut."""
+    Sentences longer than the model's positions are skipped and counted, not cut. With
+    ``by_source`` (the data config that prepared the file) it also scores each source file's
+    share of the pairs, to see which domains the model handles."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
     engine = Engine(bundle, device="cpu" if threads else "auto", threads=threads, variant=variant)
     usable = [(s, t) for s, t in pairs if len(engine.tokenize(s)) <= engine.max_source_tokens]
@@ -38,7 +43,7 @@ def evaluate_bundle(
     if hypotheses_out:
         Path(hypotheses_out).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     generated = sum(len(t.hypotheses[0].token_ids) + 1 for t in translations)
-    return {
+    result = {
         "bundle": str(bundle),
         "variant": engine.variant,
         "test": str(test_tsv),
@@ -50,3 +55,32 @@ def evaluate_bundle(
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(generated / seconds, 1) if seconds else None,
     }
+    if by_source is not None:
+        result["by_source"] = {
+            name: {
+                "sentences": len(hyps),
+                "bleu": round(sacrebleu.corpus_bleu(hyps, refs).score, 2),
+                "chrf": round(sacrebleu.corpus_chrf(hyps, refs).score, 2),
+            }
+            for name, (hyps, refs) in _group(usable, hypotheses, by_source).items()
+        }
+    return result
+
+
+def _group(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConfig):
+    """{source file: ([hypotheses], ([references],))}: each pair's origin found by reading
+    the corpus files again, cleaned as ``prepare`` cleaned them."""
+    wanted = set(pairs)
+    origin: dict[tuple[str, str], str] = {}
+    for source in config.sources:
+        for raw in _iter_raw(source.path, config.source_lang, config.target_lang):
+            if raw is not None:
+                key = (clean_text(raw[0]), clean_text(raw[1]))
+                if key in wanted:
+                    origin.setdefault(key, _short_name(source.path))
+    grouped: dict[str, tuple[list[str], list[str]]] = {}
+    for pair, hypothesis in zip(pairs, hypotheses, strict=True):
+        hyps, refs = grouped.setdefault(origin.get(pair, "unknown"), ([], []))
+        hyps.append(hypothesis)
+        refs.append(pair[1])
+    return {name: (hyps, [refs]) for name, (hyps, refs) in sorted(grouped.items())}

@@ -1,0 +1,32 @@
+"""Evaluation scores a bundle with the serving engine, overall and per corpus file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from training.config import DataConfig, SourceFile
+from training.corpus import read_tsv
+from training.evaluate import evaluate_bundle
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
+
+
+def test_scores_overall_and_by_source(tiny_bundle: Path, tmp_path: Path) -> None:
+    pairs = read_tsv(FIXTURE)[:12]
+    # Two "corpus files": the memorised pairs, and the same sources with wrong references.
+    (tmp_path / "learned.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs[:8]))
+    (tmp_path / "other.tsv").write_text("".join(f"{s}\tganz falsch hier\n" for s, _ in pairs[8:]))
+    test = tmp_path / "test.tsv"
+    test.write_text((tmp_path / "learned.tsv").read_text() + (tmp_path / "other.tsv").read_text())
+    sources = [SourceFile(str(tmp_path / "learned.tsv")), SourceFile(str(tmp_path / "other.tsv"))]
+
+    result = evaluate_bundle(tiny_bundle, test, threads=1, by_source=DataConfig(sources=sources),
+                             hypotheses_out=tmp_path / "hyp.txt")
+
+    assert result["sentences"] == 12
+    assert 0 < result["bleu"] < 100
+    assert result["by_source"]["learned"] == {"sentences": 8, "bleu": 100.0, "chrf": 100.0}
+    assert result["by_source"]["other"]["sentences"] == 4
+    assert result["by_source"]["other"]["bleu"] < 5
+    hypotheses = (tmp_path / "hyp.txt").read_text().splitlines()
+    assert hypotheses[:8] == [t for _, t in pairs[:8]]

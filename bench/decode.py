@@ -8,10 +8,13 @@ Engines, all on the same weights and the first ``--sentences`` source sentences 
 * ours fp32 / ours int8: ``service.decoding.Engine`` on the bundle's variants (int8 skipped
   when the bundle has none); ``max_batch_rows`` = batch x beam, so "batch" means sentences;
   the faster of ``--threads`` and 1 intra-op threads for each configuration.
-* torch kv-cache: ``Transformer.greedy_decode`` (greedy only; beam is n/a), with
-  ``--torch-threads`` (default ``--threads``).
+* torch kv-cache: ``encode_cross`` once, then ``decode_step`` with the self cache, reordered
+  by index_select for beams; ``--torch-threads`` (default ``--threads``).
 * torch no-cache: the encoder once, then the whole target prefix through the decoder at every
-  step (greedy only), what the cache graphs exist to avoid.
+  step, what the cache graphs exist to avoid.
+* Both torch paths search with ``_beam_search`` (greedy = beam 1): the engine's search
+  (scores, length normalisation, stopping rule, per-sentence limit), finished sentences
+  leaving the batch.
 * ct2 fp32 / ct2 int8: CTranslate2 converted from the same checkpoint
   (``bench/ctranslate2_convert.py``), compute_type float32 / int8, with the best
   inter_threads x intra_threads layout for each configuration.
@@ -51,11 +54,15 @@ import torch  # noqa: E402
 
 from bench.ctranslate2_convert import convert  # noqa: E402
 from service.bundle import load_bundle  # noqa: E402
-from service.decoding import DecodeOptions, Engine  # noqa: E402
+from service.decoding import NEG_INF, DecodeOptions, Engine  # noqa: E402
 from training.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from training.export import load_checkpoint  # noqa: E402
 
 Outputs = list[list[int]]
+# A beam search's model step: (last tokens [rows], order, shrunk) -> log-probs [rows, vocab].
+# ``order`` [rows] gives each row's parent among the previous step's rows (None at the first
+# step); ``shrunk`` says whether sentences left, so rows of the source side must go too.
+Step = Callable[[torch.Tensor, torch.Tensor | None, bool], torch.Tensor]
 
 
 @dataclass
@@ -114,36 +121,146 @@ def _batches(sources: list[list[int]], batch: int):
         yield rows, src
 
 
+def _kv_cache_step(model, src: torch.Tensor, beam: int) -> Step:
+    """``decode_step`` with the self cache: grown by the model, reordered here by parents."""
+    cross_keys, cross_values, src_mask = model.encode_cross(src)
+    # Each sentence gets ``beam`` rows; its source side is repeated once, here.
+    cross_keys = cross_keys.repeat_interleave(beam, dim=1)
+    cross_values = cross_values.repeat_interleave(beam, dim=1)
+    src_mask = src_mask.repeat_interleave(beam, dim=0)
+    layers, rows, heads, _, head_dim = cross_keys.shape
+    keys = values = cross_keys.new_zeros(layers, rows, heads, 0, head_dim)
+
+    def step(tokens: torch.Tensor, order: torch.Tensor | None, shrunk: bool) -> torch.Tensor:
+        nonlocal keys, values, cross_keys, cross_values, src_mask
+        if order is not None:
+            keys, values = keys.index_select(1, order), values.index_select(1, order)
+        if shrunk:  # parents lie in their own sentence: ``order`` keeps its source rows too
+            cross_keys = cross_keys.index_select(1, order)
+            cross_values = cross_values.index_select(1, order)
+            src_mask = src_mask.index_select(0, order)
+        past = keys.size(3)
+        log_probs, keys, values = model.decode_step(
+            tokens,
+            torch.full_like(tokens, past),
+            keys,
+            values,
+            torch.ones(len(tokens), past + 1, dtype=torch.bool),
+            cross_keys,
+            cross_values,
+            src_mask,
+        )
+        return log_probs
+
+    return step
+
+
 @torch.no_grad()
-def _greedy_no_cache(model, src: torch.Tensor, limit: int) -> Outputs:
+def _no_cache_step(model, src: torch.Tensor, beam: int) -> Step:
+    """The whole prefix through the decoder at every step (no cache at all)."""
     memory, src_mask = model.encode(src)
-    batch = src.size(0)
-    prefix = torch.full((batch, 1), BOS_ID, dtype=torch.long)
-    finished = torch.zeros(batch, dtype=torch.bool)
+    memory = memory.repeat_interleave(beam, dim=0)
+    src_mask = src_mask.repeat_interleave(beam, dim=0)
+    prefix = torch.zeros(len(memory), 0, dtype=torch.long)
     lowest = torch.finfo(torch.float32).min
-    for _ in range(limit):
-        logits = model.generator(model.decode(prefix, memory, src_mask)[:, -1]).float()
-        tokens = logits.masked_fill(model.never_generate, lowest).argmax(-1)
-        tokens = tokens.masked_fill(finished, EOS_ID)
+
+    def step(tokens: torch.Tensor, order: torch.Tensor | None, shrunk: bool) -> torch.Tensor:
+        nonlocal prefix, memory, src_mask
+        if order is not None:
+            prefix = prefix.index_select(0, order)
+        if shrunk:
+            memory, src_mask = memory.index_select(0, order), src_mask.index_select(0, order)
         prefix = torch.cat([prefix, tokens[:, None]], dim=1)
-        finished |= tokens == EOS_ID
-        if bool(finished.all()):
+        logits = model.generator(model.decode(prefix, memory, src_mask)[:, -1]).float()
+        return torch.log_softmax(logits.masked_fill(model.never_generate, lowest), dim=-1)
+
+    return step
+
+
+@torch.no_grad()
+def _beam_search(step: Step, limits: list[int], beam: int) -> Outputs:
+    """Batched beam search with the engine's rules (``DecodeBatch._beam``, ``_beam_done`` and
+    ``_result`` in service/decoding.py, default ``DecodeOptions``, one hypothesis): scores are
+    float64 sums of log-probs; of the 2 x beam best continuations an EOS ranked within the
+    beam finishes a hypothesis and the beam best others go on; a sentence stops at
+    ``limits[i]`` tokens, or once its best finished hypothesis beats its best active beam
+    (both normalised at their length + EOS). Returns the best finished hypothesis's ids per
+    sentence, ranked by score / length ** length_penalty (EOS counted unless at the limit).
+    PAD and BOS come with log-prob ~ -3e38 from the step, so they never make the beam."""
+    penalty = DecodeOptions().length_penalty
+
+    def normalised(score: float, length: int) -> float:
+        return score / max(length, 1) ** penalty
+
+    count = len(limits)
+    alive = list(range(count))  # sentences still searching, in the order of their row blocks
+    scores = torch.full((count, beam), NEG_INF, dtype=torch.float64)
+    scores[:, 0] = 0.0  # all beams start identical: only one may expand at the first step
+    prefixes = [[[] for _ in range(beam)] for _ in range(count)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(count)]
+    tokens = torch.full((count * beam,), BOS_ID, dtype=torch.long)
+    order, shrunk = None, False
+    for steps in range(1, max(limits) + 1):
+        log_probs = step(tokens, order, shrunk).double()
+        vocab = log_probs.size(1)
+        candidates = (scores.reshape(-1, 1) + log_probs).view(len(alive), beam * vocab)
+        top_scores, top_ids = candidates.topk(2 * beam, dim=1)
+        still, next_scores, rows, next_tokens = [], [], [], []
+        for block, (i, row_scores, row_ids) in enumerate(
+            zip(alive, top_scores.tolist(), top_ids.tolist(), strict=True)
+        ):
+            parents, chosen, kept, grown = [], [], [], []
+            for rank, (score, index) in enumerate(zip(row_scores, row_ids, strict=True)):
+                parent, token = divmod(index, vocab)
+                if score <= NEG_INF / 2:
+                    break
+                if token == EOS_ID:
+                    if rank < beam:  # only an ending that would have made the beam counts
+                        finished[i].append((score, prefixes[i][parent]))
+                        if beam == 1:  # greedy (the engine's _greedy): the argmax ends it
+                            break
+                    continue
+                parents.append(parent)
+                chosen.append(token)
+                kept.append(score)
+                grown.append([*prefixes[i][parent], token])
+                if len(parents) == beam:
+                    break
+            if steps >= limits[i]:
+                finished[i] += zip(kept, grown, strict=True)
+                continue
+            if not parents:
+                continue
+            if finished[i]:  # _beam_done for one hypothesis
+                best = max(normalised(s, len(p) + 1) for s, p in finished[i])
+                if normalised(max(kept), steps + 1) < best:
+                    continue
+            padding = beam - len(parents)  # dead beams keep the block's width, never win
+            still.append(i)
+            rows += [block * beam + p for p in parents + parents[:1] * padding]
+            next_tokens += chosen + chosen[:1] * padding
+            next_scores.append(kept + [NEG_INF] * padding)
+            prefixes[i] = grown + grown[:1] * padding
+        if not still:
             break
-    rows = prefix[:, 1:].tolist()
-    return [row[: row.index(EOS_ID)] if EOS_ID in row else row for row in rows]
+        shrunk, alive = len(still) < len(alive), still
+        order, tokens = torch.tensor(rows), torch.tensor(next_tokens)
+        scores = torch.tensor(next_scores, dtype=torch.float64)
+    outputs = []
+    for i, hypotheses in enumerate(finished):
+        ranked = [(normalised(s, len(p) + (len(p) < limits[i])), p) for s, p in hypotheses]
+        outputs.append(max(ranked, key=lambda item: item[0])[1] if ranked else [])
+    return outputs
 
 
 def torch_runner(model, sources: list[list[int]], limits: list[int], cached: bool) -> Runner:
-    def run(batch: int, beam: int) -> Outputs | None:
-        if beam != 1:
-            return None
+    def run(batch: int, beam: int) -> Outputs:
         outputs: Outputs = [[] for _ in sources]
         for rows, src in _batches(sources, batch):
-            limit = max(limits[i] for i in rows)
-            if cached:
-                decoded = model.greedy_decode(src, limit, BOS_ID, EOS_ID)
-            else:
-                decoded = _greedy_no_cache(model, src, limit)
+            # Greedy is beam 1 of the same search: finished sentences leave the batch at once,
+            # as in our engine and CTranslate2, rather than riding along to the longest.
+            step = (_kv_cache_step if cached else _no_cache_step)(model, src, beam)
+            decoded = _beam_search(step, [limits[i] for i in rows], beam)
             for i, ids in zip(rows, decoded, strict=True):
                 outputs[i] = ids[: limits[i]]
         return outputs
@@ -467,6 +584,12 @@ def report(args, runners, results, batch_sizes, searches, sentences, limits) -> 
                     limits,
                 )
             )
+            # Same search rules as ours; they differ only where near-ties meet rounding.
+            for a, b in (("ours fp32", "torch kv-cache"), ("torch kv-cache", "torch no-cache")):
+                rate = match_rate(
+                    outputs(a, batch, searches[1]), outputs(b, batch, searches[1]), limits
+                )
+                print(f"  beam {searches[1]}, batch {batch:>2}: {a} vs {b}: {rate}")
     ours, ct2 = outputs("ours fp32", batch_sizes[0]), outputs("ct2 fp32", batch_sizes[0])
     if ours and ct2:
         for line in first_mismatches(ours, ct2, limits):

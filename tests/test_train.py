@@ -221,3 +221,28 @@ def test_max_minutes_stops_with_a_checkpoint(make_train_config):
     result = train(config)
     assert result["step"] == 1 and "max_minutes" in result["stop_reason"]
     assert load_checkpoint(Path(config.train.out_dir) / "checkpoint_last.pt")["step"] == 1
+
+
+def test_a_stop_signal_ends_training_with_a_checkpoint(make_train_config):
+    """SIGTERM (docker stop, torchrun's shutdown) mid-run: stop after the step, checkpoint,
+    return normally, and leave the process's own signal handling as it was."""
+    import signal
+    import threading
+    import time
+
+    config = make_train_config("train.max_steps=100000", "train.log_every=1")
+    metrics_file = Path(config.train.out_dir) / "metrics.jsonl"
+    before = signal.getsignal(signal.SIGTERM)
+
+    def stop_once_training() -> None:
+        while not metrics_file.is_file() or not metrics_file.read_text().strip():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_training, daemon=True).start()
+    result = train(config)
+    assert result["stop_reason"] == "SIGTERM received"
+    assert 1 <= result["step"] < 100000
+    last = load_checkpoint(Path(config.train.out_dir) / "checkpoint_last.pt")
+    assert last["step"] == result["step"]
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -24,6 +24,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -266,7 +268,39 @@ def _summary_writer(out_dir: Path):
     return SummaryWriter(str(out_dir / "tensorboard"))
 
 
+class _StopSignal:
+    """SIGTERM or SIGINT asks the loop to stop after the current step with a checkpoint (no
+    validation: a container's stop timeout may be short); a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGTERM, signal.SIGINT):
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def _handle(self, number: int, frame: Any) -> None:
+        if self.received is not None:
+            signal.signal(number, self._previous[number])
+            signal.raise_signal(number)
+            return
+        self.received = signal.Signals(number).name
+        logger.warning("%s: stopping after this step with a checkpoint", self.received)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
 def train(config: Config, resume: bool = False) -> dict[str, Any]:
+    with _StopSignal() as stop_signal:
+        return _train(config, resume, stop_signal)
+
+
+def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, Any]:
     """Train ``config`` (from scratch, or from ``{out_dir}/checkpoint_last.pt`` with
     ``resume``) until ``max_steps``, ``max_minutes`` or early stopping; return the last
     validation metrics with the final step, the stop reason and a digest of the parameters."""
@@ -446,8 +480,11 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
         window["steps"] += 1
         window["tokens"] += tokens
         elapsed = time.monotonic() - started
-        time_up = _broadcast_flag(tc.max_minutes > 0 and elapsed >= tc.max_minutes * 60,
-                                  world_size, device)
+        signalled = stop_signal.received is not None
+        time_up = _broadcast_flag(
+            signalled or (tc.max_minutes > 0 and elapsed >= tc.max_minutes * 60), world_size, device
+        )
+        signalled = time_up and _broadcast_flag(signalled, world_size, device)
         final = time_up or step >= tc.max_steps
         if master:
             span = max(time.monotonic() - window["since"], 1e-9)
@@ -460,8 +497,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             record = {"step": step, "loss": window["loss"] / window["steps"], "lr": lr,
                       "tokens_per_s": window["tokens"] / span, "elapsed": round(elapsed, 1)}
             window = {"loss": 0.0, "steps": 0, "tokens": 0, "since": time.monotonic()}
-        validating = step % tc.validate_every == 0 or final
-        saving = validating or step % tc.checkpoint_every == 0
+        validating = (step % tc.validate_every == 0 or final) and not signalled
+        saving = validating or signalled or step % tc.checkpoint_every == 0
         if saving and world_size > 1:
             all_rngs = [None] * world_size
             dist.all_gather_object(all_rngs, rng_state())
@@ -492,7 +529,8 @@ def train(config: Config, resume: bool = False) -> dict[str, Any]:
             stop_reason = f"early stop: no BLEU gain in {tc.early_stop_patience} validations"
             break
         if time_up:
-            stop_reason = f"max_minutes ({tc.max_minutes}) reached"
+            stop_reason = (f"{stop_signal.received or 'stop signal'} received" if signalled
+                           else f"max_minutes ({tc.max_minutes}) reached")
             break
     progress.close()
 

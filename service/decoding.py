@@ -27,11 +27,10 @@ import numpy as np
 import onnxruntime as ort
 import sentencepiece as spm
 
-from service.bundle import Bundle, BundleError, load_bundle
+from service.bundle import Bundle, BundleError, decoder_outputs, load_bundle, per_layer
 from service.normalize import clean_text
 
 NEG_INF = -1e30
-DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values"]  # the contract's order
 
 
 class SourceTooLong(ValueError):
@@ -116,6 +115,29 @@ def _pad_axis(array: np.ndarray, axis: int, size: int) -> np.ndarray:
     return np.pad(array, pad)
 
 
+def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota
+    (``docker run --cpus``, compose's ``cpus``), which ``os.cpu_count()`` ignores: a container
+    limited to 2 CPUs on a 64-core host would otherwise start 64 threads that fight over 2."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    count = count or 1
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 here, or no quota
+    return count
+
+
+def _select(cache: list[np.ndarray], rows: np.ndarray | None, first: int) -> list[np.ndarray]:
+    """Each layer's cache with ``rows`` in that order (all when None), from column ``first``,
+    contiguous as onnxruntime wants its inputs."""
+    if rows is None:
+        return [np.ascontiguousarray(layer[:, :, first:]) for layer in cache]
+    return [np.take(layer[:, :, first:], rows, axis=0) for layer in cache]
+
+
 class Engine:
     """Loads a bundle into onnxruntime and translates sentences with it."""
 
@@ -135,18 +157,19 @@ class Engine:
         self.max_source_tokens = self.bundle.max_positions
         self.providers = self._providers(device)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.intra_op_num_threads = threads or available_cpus()
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
-        encoder_path, decoder_path = self.bundle.graph_paths(variant)
-        self.variant = variant or self.bundle.manifest["default_variant"]
+        self.variant = variant or self._default_variant()
+        encoder_path, decoder_path = self.bundle.graph_paths(self.variant)
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=self.providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=self.providers)
         model = self.bundle.manifest["model"]
         self.layers, self.heads = model["decoder_layers"], model["heads"]
         self.head_dim = model["head_dim"]
+        self.decoder_outputs = decoder_outputs(self.layers)
 
     @staticmethod
     def _providers(device: str) -> list[str]:
@@ -163,6 +186,14 @@ class Engine:
         if device != "auto":
             raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
         return ["CPUExecutionProvider"]
+
+    def _default_variant(self) -> str:
+        """The manifest's choice, except on CUDA: the int8 graphs use MatMulNBits kernels
+        chosen for CPUs, so a GPU gets the fp32 graphs when the bundle has them."""
+        manifest = self.bundle.manifest
+        if self.providers[0] == "CUDAExecutionProvider" and "fp32" in manifest["variants"]:
+            return "fp32"
+        return manifest["default_variant"]
 
     @property
     def device(self) -> str:
@@ -219,7 +250,7 @@ class Engine:
         return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
     def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        return tuple(self.decoder.run(DECODER_OUTPUTS, feeds))
+        return tuple(self.decoder.run(self.decoder_outputs, feeds))
 
 
 class DecodeBatch:
@@ -231,11 +262,15 @@ class DecodeBatch:
         self.sentences: list[_Sentence | _Hole] = []  # in row order
         self.waiting: list[_Sentence] = []
         e = engine
+        # Cross keys/values stay stacked [layers, rows, heads, src, head_dim] as the encoder
+        # returns them; the self cache is one [rows, heads, past, head_dim] array per layer,
+        # as the decoder returns it, so feeding it back copies nothing.
         self.cross_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
         self.cross_values = self.cross_keys
         self.src_mask = np.zeros((0, 0), bool)
-        self.self_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
-        self.self_values = self.self_keys
+        empty = np.zeros((0, e.heads, 0, e.head_dim), np.float32)
+        self.self_keys: list[np.ndarray] = [empty] * e.layers
+        self.self_values: list[np.ndarray] = [empty] * e.layers
         self.self_mask = np.zeros((0, 0), bool)
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
@@ -291,20 +326,20 @@ class DecodeBatch:
             return []
         rows = len(self.tokens)
         self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), bool)], axis=1)
-        log_probs, present_keys, present_values = self.engine.run_decoder(
+        log_probs, *presents = self.engine.run_decoder(
             {
                 "tokens": self.tokens,
                 "positions": self.positions,
-                "self_keys": self.self_keys,
-                "self_values": self.self_values,
                 "self_mask": self_mask,
-                "cross_keys": self.cross_keys,
-                "cross_values": self.cross_values,
                 "src_mask": self.src_mask,
+                **per_layer("self_keys", self.self_keys),
+                **per_layer("self_values", self.self_values),
+                **per_layer("cross_keys", self.cross_keys),
+                **per_layer("cross_values", self.cross_values),
             }
         )
         # The graph returns the grown cache: feeding it back as is costs no copy here.
-        self.self_keys, self.self_values = present_keys, present_values
+        self.self_keys, self.self_values = presents[0::2], presents[1::2]
         self.self_mask = self_mask
 
         order = np.arange(rows)  # rows of the next step, as indices into this step's rows
@@ -459,12 +494,8 @@ class DecodeBatch:
         if order is None and first * 8 < past:
             return
         self.self_mask = self.self_mask[:, first:]
-        if order is None:
-            self.self_keys = np.ascontiguousarray(self.self_keys[:, :, :, first:])
-            self.self_values = np.ascontiguousarray(self.self_values[:, :, :, first:])
-        else:
-            self.self_keys = np.take(self.self_keys[:, :, :, first:], order, axis=1)
-            self.self_values = np.take(self.self_values[:, :, :, first:], order, axis=1)
+        self.self_keys = _select(self.self_keys, order, first)
+        self.self_values = _select(self.self_values, order, first)
 
     def _compact(self) -> None:
         """Drop the holes' rows, and cache columns and source positions no row uses."""
@@ -486,8 +517,8 @@ class DecodeBatch:
         else:
             first, src_len = self_mask.shape[1], 0
         self.self_mask, self.src_mask = self_mask[:, first:], src_mask[:, :src_len]
-        self.self_keys = np.take(self.self_keys[:, :, :, first:], order, axis=1)
-        self.self_values = np.take(self.self_values[:, :, :, first:], order, axis=1)
+        self.self_keys = _select(self.self_keys, order, first)
+        self.self_values = _select(self.self_values, order, first)
         self.cross_keys = np.take(self.cross_keys[:, :, :, :src_len], order, axis=1)
         self.cross_values = np.take(self.cross_values[:, :, :, :src_len], order, axis=1)
 
@@ -556,9 +587,9 @@ class DecodeBatch:
         )
         # New rows see none of the existing cache columns: their history starts now.
         past = self.self_mask.shape[1]
-        e_shape = (e.layers, rows, e.heads, past, e.head_dim)
-        self.self_keys = np.concatenate([self.self_keys, np.zeros(e_shape, np.float32)], axis=1)
-        self.self_values = np.concatenate([self.self_values, np.zeros(e_shape, np.float32)], axis=1)
+        blank = np.zeros((rows, e.heads, past, e.head_dim), np.float32)
+        self.self_keys = [np.concatenate([layer, blank]) for layer in self.self_keys]
+        self.self_values = [np.concatenate([layer, blank]) for layer in self.self_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((rows, past), bool)], axis=0)
         self.tokens = np.concatenate([self.tokens, np.full(rows, e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros(rows, np.int64)])

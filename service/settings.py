@@ -34,9 +34,15 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where onnxruntime runs: cuda when available with 'auto'."
     )
-    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads; 0 = all cores.")
+    threads: int = Field(
+        0, ge=0, description="onnxruntime intra-op threads; 0 = the CPUs the process may use "
+        "(affinity mask and container CPU quota)."
+    )
     variant: str | None = Field(
-        None, description="Bundle variant to serve (fp32, int8); default: the manifest's choice."
+        None, description=(
+            "Bundle variant to serve (fp32, int8); default: the manifest's choice on CPU, "
+            "fp32 on CUDA."
+        ),
     )
 
     batching: bool = Field(
@@ -58,7 +64,8 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Deadline of one request; past it the request gets 504."
     )
     shutdown_grace_s: float = Field(
-        30.0, ge=0, description="How long shutdown waits for accepted requests to finish."
+        30.0, ge=0, description="How long shutdown waits for accepted requests to finish, "
+        "counted from the stop signal; requests arriving meanwhile get 503."
     )
 
     max_chars: int = Field(10_000, ge=1, description="Most characters in one text (else 413).")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from service.decoding import DecodeOptions, Engine, SourceTooLong, _Hole
+from service.decoding import DecodeOptions, Engine, SourceTooLong, _Hole, available_cpus
 from training.config import BOS_ID, EOS_ID, PAD_ID
 from training.corpus import read_tsv
 from training.export import load_checkpoint
@@ -174,6 +177,30 @@ def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:
     translations = [t.text for t in int8.translate(list(sources))]
     # Weight-only int8 keeps nearly all of what the float model memorised.
     assert sum(t == r for t, r in zip(translations, targets, strict=True)) >= 14
+
+
+def test_cuda_defaults_to_fp32_cpu_to_the_manifests_choice(tiny_bundle: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["default_variant"] = "int8"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert Engine(bundle, device="cpu", threads=1).variant == "int8"
+    assert Engine(bundle, device="cpu", threads=1, variant="fp32").variant == "fp32"
+    # Only the provider choice is faked: this onnxruntime build has no CUDA and falls back.
+    available = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr("onnxruntime.get_available_providers", lambda: available)
+    assert Engine(bundle, device="cuda", threads=1).variant == "fp32"
+
+
+def test_thread_default_honours_a_container_cpu_quota(tmp_path: Path) -> None:
+    assert available_cpus(tmp_path) == len(os.sched_getaffinity(0))  # no cpu.max: the mask
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cpus(tmp_path) == len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("50000 100000\n")  # --cpus 0.5
+    assert available_cpus(tmp_path) == 1
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # --cpus 1.5
+    assert available_cpus(tmp_path) == min(2, len(os.sched_getaffinity(0)))
 
 
 def test_bad_options_are_rejected(engine: Engine) -> None:

@@ -1,6 +1,6 @@
 """Turn a checkpoint into a self-contained bundle that ``service/`` runs without torch.
 
-The bundle holds the two graphs of the ONNX contract (v1, see ``service/bundle.py``), the
+The bundle holds the two graphs of the ONNX contract (v2, see ``service/bundle.py``), the
 SentencePiece model and ``manifest.json``. Before anything is written the exported graphs are
 run on onnxruntime against PyTorch over padded batches and several decoding steps; a bundle
 that disagrees is refused.
@@ -21,7 +21,15 @@ import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
-from service.bundle import CONTRACT_VERSION, MANIFEST, sha256_file
+from service.bundle import (
+    CACHE_INPUTS,
+    CONTRACT_VERSION,
+    MANIFEST,
+    decoder_inputs,
+    decoder_outputs,
+    per_layer,
+    sha256_file,
+)
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from training.model import Transformer
 
@@ -43,41 +51,41 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """One decoding step with the self-attention key/value cache."""
+    """One decoding step with the self-attention key/value cache, in the contract's per-layer
+    form (``Transformer.decode_step`` takes and returns the caches stacked)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
 
-    def forward(
-        self,
-        tokens,
-        positions,
-        self_keys,
-        self_values,
-        self_mask,
-        cross_keys,
-        cross_values,
-        src_mask,
-    ):
-        return self.model.decode_step(
+    def forward(self, tokens, positions, self_mask, src_mask, *caches):
+        self_keys, self_values, cross_keys, cross_values = (
+            torch.stack(caches[kind :: len(CACHE_INPUTS)]) for kind in range(len(CACHE_INPUTS))
+        )
+        log_probs, keys, values = self.model.decode_step(
             tokens, positions, self_keys, self_values, self_mask, cross_keys, cross_values, src_mask
         )
+        presents = [tensor for pair in zip(keys, values, strict=True) for tensor in pair]
+        return log_probs, *presents
 
 
 ENCODER_INPUTS = ["src_tokens"]
 ENCODER_OUTPUTS = ["cross_keys", "cross_values", "src_mask"]
-DECODER_INPUTS = [
-    "tokens",
-    "positions",
-    "self_keys",
-    "self_values",
-    "self_mask",
-    "cross_keys",
-    "cross_values",
-    "src_mask",
-]
-DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values"]
+
+
+def decoder_feeds(tokens, positions, self_keys, self_values, self_mask, cross_keys, cross_values,
+                  src_mask) -> dict[str, np.ndarray]:
+    """The decoder graph's feeds from stacked [layers, ...] caches (numpy)."""
+    return {
+        "tokens": tokens,
+        "positions": positions,
+        "self_mask": self_mask,
+        "src_mask": src_mask,
+        **per_layer("self_keys", self_keys),
+        **per_layer("self_values", self_values),
+        **per_layer("cross_keys", cross_keys),
+        **per_layer("cross_values", cross_values),
+    }
 
 
 def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
@@ -89,19 +97,18 @@ def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
 
 
 def _example_inputs(config: ModelConfig, batch: int = 2, src_len: int = 5, past: int = 3):
-    layers, heads, head_dim = config.decoder_layers, config.heads, config.head_dim
+    heads, head_dim = config.heads, config.head_dim
     src = torch.randint(4, config.vocab_size, (batch, src_len))
-    cache = torch.zeros(layers, batch, heads, past, head_dim)
-    cross = torch.zeros(layers, batch, heads, src_len, head_dim)
+    caches = []
+    for _ in range(config.decoder_layers):
+        caches += [torch.zeros(batch, heads, past, head_dim) for _ in range(2)]
+        caches += [torch.zeros(batch, heads, src_len, head_dim) for _ in range(2)]
     decoder_args = (
         torch.full((batch,), BOS_ID),
         torch.full((batch,), past),
-        cache,
-        cache.clone(),
         torch.ones(batch, past + 1, dtype=torch.bool),
-        cross,
-        cross.clone(),
         torch.ones(batch, src_len, dtype=torch.bool),
+        *caches,
     )
     return (src,), decoder_args
 
@@ -115,17 +122,18 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
         "cross_values": {1: "batch", 3: "src_len"},
         "src_mask": {0: "batch", 1: "src_len"},
     }
+    layers = model.config.decoder_layers
     decoder_axes = {
         "tokens": {0: "batch"},
         "positions": {0: "batch"},
-        "self_keys": {1: "batch", 3: "past"},
-        "self_values": {1: "batch", 3: "past"},
         "self_mask": {0: "batch", 1: "past_1"},
-        **{k: v for k, v in axes.items() if k != "src_tokens"},
+        "src_mask": {0: "batch", 1: "src_len"},
         "log_probs": {0: "batch"},
-        "present_keys": {1: "batch", 3: "past_1"},
-        "present_values": {1: "batch", 3: "past_1"},
     }
+    for i in range(layers):
+        for name, length in (("self", "past"), ("cross", "src_len"), ("present", "past_1")):
+            for part in ("keys", "values"):
+                decoder_axes[f"{name}_{part}_{i}"] = {0: "batch", 2: length}
     # The exporter restores the wrapper's mode afterwards, and a fresh wrapper is in training
     # mode: without .eval() it would leave the model with dropout on for the parity check.
     model.eval()
@@ -141,8 +149,8 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
         trace(EncoderGraph(model), encoder_args, "encoder.onnx", ENCODER_INPUTS,
               ENCODER_OUTPUTS, axes)
         if model.config.pre_norm:
-            trace(DecoderGraph(model), decoder_args, "decoder.onnx", DECODER_INPUTS,
-                  DECODER_OUTPUTS, decoder_axes)
+            trace(DecoderGraph(model), decoder_args, "decoder.onnx", decoder_inputs(layers),
+                  decoder_outputs(layers), decoder_axes)
         else:
             import onnx
 
@@ -197,23 +205,6 @@ def _fused_decoder_graph(model: Transformer):
     self_mask = node("Cast", ["self_mask"], ["self_mask_i32"], to=TensorProto.INT32)
     src_mask = node("Cast", ["src_mask"], ["src_mask_i32"], to=TensorProto.INT32)
     eps = float(config.layer_norm_eps)
-    layers = config.decoder_layers
-    # Per-layer caches without Gather + Squeeze per layer: view [layers, batch, ...] as
-    # [layers * batch, ...] (a free reshape) and split it into the layers' 4-D slices.
-    # (The row count is explicit: -1 cannot be inferred from an empty first-step cache.)
-    const("layer_count", np.array([layers], np.int64))
-    batch = node("Shape", ["tokens"], ["batch_size"])
-    layer_rows = node("Mul", [batch, "layer_count"], ["layer_rows"])
-    slices: dict[str, list[str]] = {}
-    for kind, length in (("self", "past"), ("cross", "src")):
-        dims = node("Shape", [f"{kind}_keys"], [f"{kind}_head_{length}_dim"], start=2)
-        flat = node("Concat", [layer_rows, dims], [f"{kind}_flat_shape"], axis=0)
-        for part in ("keys", "values"):
-            name = f"{kind}_{part}"
-            # allowzero: an empty first-step cache has a real 0 in its shape, not "copy".
-            node("Reshape", [name, flat], [f"{name}_flat"], allowzero=1)
-            slices[name] = [f"{name}_{i}" for i in range(layers)]
-            node("Split", [f"{name}_flat"], slices[name], axis=0, num_outputs=layers)
 
     def weight(prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
         return const(prefix + "weight", state[prefix + "weight"].T)
@@ -235,10 +226,9 @@ def _fused_decoder_graph(model: Transformer):
             epsilon=eps,
         )
 
-    presents: dict[str, list[str]] = {"keys": [], "values": []}
     for i in range(config.decoder_layers):
         p = f"decoder_layers.{i}."
-        caches = {name: names[i] for name, names in slices.items()}
+        caches = {name: f"{name}_{i}" for name in CACHE_INPUTS}
 
         a = p + "self_attn."
         qkv_w = np.concatenate([state[a + f"w_{n}.weight"] for n in "qkv"]).T
@@ -256,8 +246,6 @@ def _fused_decoder_graph(model: Transformer):
             num_heads=heads,
             mask_filter_value=-1e9,
         )
-        presents["keys"].append(f"present_keys_{i}")
-        presents["values"].append(f"present_values_{i}")
         out = node("MatMul", [context, weight(a + "w_o.")], [f"self_out_{i}"])
         x = add_norm(p, f"self_norm_{i}", out, a + "w_o.bias", x, 0)
 
@@ -291,38 +279,25 @@ def _fused_decoder_graph(model: Transformer):
     logits = node("Add", [logits, const("never_generate", penalty)], ["logits_masked"])
     node("Squeeze", [logits, "axis1"], ["logits"])
     node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)
-    # The layers' presents, concatenated on the batch axis, viewed as [layers, batch, ...].
-    const("present_head_dims", np.array([heads, -1, config.head_dim], np.int64))
-    shape = node("Concat", ["layer_count", batch, "present_head_dims"], ["present_shape"], axis=0)
-    for kind in ("keys", "values"):
-        flat = node("Concat", presents[kind], [f"present_{kind}_flat"], axis=0)
-        node("Reshape", [flat, shape], [f"present_{kind}"])
-
     L, H, D = config.decoder_layers, heads, config.head_dim
 
     def info(name, dtype, shape):
         return helper.make_tensor_value_info(name, dtype, shape)
 
     F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    lengths = {"self": "past", "cross": "src_len", "present": "past_1"}
+    inputs = {
+        "tokens": info("tokens", I64, ["batch"]),
+        "positions": info("positions", I64, ["batch"]),
+        "self_mask": info("self_mask", B, ["batch", "past_1"]),
+        "src_mask": info("src_mask", B, ["batch", "src_len"]),
+    }
+    outputs = {"log_probs": info("log_probs", F, ["batch", config.vocab_size])}
+    for name in decoder_inputs(L)[len(inputs):] + decoder_outputs(L)[1:]:
+        cache = info(name, F, ["batch", H, lengths[name.split("_")[0]], D])
+        (outputs if name.startswith("present") else inputs)[name] = cache
     graph = helper.make_graph(
-        nodes,
-        "decoder_step",
-        [
-            info("tokens", I64, ["batch"]),
-            info("positions", I64, ["batch"]),
-            info("self_keys", F, [L, "batch", H, "past", D]),
-            info("self_values", F, [L, "batch", H, "past", D]),
-            info("self_mask", B, ["batch", "past_1"]),
-            info("cross_keys", F, [L, "batch", H, "src_len", D]),
-            info("cross_values", F, [L, "batch", H, "src_len", D]),
-            info("src_mask", B, ["batch", "src_len"]),
-        ],
-        [
-            info("log_probs", F, ["batch", config.vocab_size]),
-            info("present_keys", F, [L, "batch", H, "past_1", D]),
-            info("present_values", F, [L, "batch", H, "past_1", D]),
-        ],
-        inits,
+        nodes, "decoder_step", list(inputs.values()), list(outputs.values()), inits
     )
     return helper.make_model(
         graph,
@@ -372,7 +347,7 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
     cross_keys, cross_values, src_mask = encoder_session.run(None, {"src_tokens": src})
     layers, batch, heads, _, head_dim = cross_keys.shape
     past = 4
-    feeds = {
+    stacked = {
         "tokens": rng.integers(4, vocab_size, batch).astype(np.int64),
         "positions": np.full(batch, past, dtype=np.int64),
         "self_keys": rng.standard_normal((layers, batch, heads, past, head_dim), np.float32),
@@ -382,16 +357,17 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
         "cross_values": cross_values,
         "src_mask": src_mask,
     }
+    feeds = decoder_feeds(**stacked)
     batched = decoder_session.run(None, feeds)[0]
     for row in range(batch):
         alone_keys = encoder_session.run(None, {"src_tokens": src[row : row + 1]})[0]
         width = alone_keys.shape[3]
         if not np.array_equal(alone_keys, cross_keys[:, row : row + 1, :, :width]):
             raise RuntimeError(f"batch invariance: {encoder} row {row} differs alone")
-        row_feeds = {
+        row_feeds = decoder_feeds(**{
             key: value[:, row : row + 1] if value.ndim == 5 else value[row : row + 1]
-            for key, value in feeds.items()
-        }
+            for key, value in stacked.items()
+        })
         if not np.array_equal(decoder_session.run(None, row_feeds)[0], batched[row : row + 1]):
             raise RuntimeError(f"batch invariance: {decoder} row {row} differs alone")
 
@@ -435,23 +411,20 @@ def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int =
             log_probs, k, v = model.decode_step(
                 tokens, positions, keys, values, self_mask, ck, cv, sm
             )
-            onnx_log_probs, onnx_k, onnx_v = decoder.run(
+            onnx_log_probs, *presents = decoder.run(
                 None,
-                {
-                    "tokens": tokens.numpy(),
-                    "positions": positions.numpy(),
-                    "self_keys": onnx_keys,
-                    "self_values": onnx_values,
-                    "self_mask": self_mask.numpy(),
-                    "cross_keys": onnx_ck,
-                    "cross_values": onnx_cv,
-                    "src_mask": onnx_sm,
-                },
+                decoder_feeds(tokens.numpy(), positions.numpy(), onnx_keys, onnx_values,
+                              self_mask.numpy(), onnx_ck, onnx_cv, onnx_sm),
             )
+            onnx_k, onnx_v = np.stack(presents[0::2]), np.stack(presents[1::2])
             worst = max(worst, float(np.abs(onnx_log_probs - log_probs.numpy()).max()))
             if not np.array_equal(onnx_log_probs.argmax(-1), log_probs.argmax(-1).numpy()):
                 raise RuntimeError(f"parity: greedy choice differs from PyTorch at step {step}")
-            worst = max(worst, float(np.abs(onnx_k - k.numpy()).max()))
+            worst = max(
+                worst,
+                float(np.abs(onnx_k - k.numpy()).max()),
+                float(np.abs(onnx_v - v.numpy()).max()),
+            )
             keys, values, onnx_keys, onnx_values = k, v, onnx_k, onnx_v
             tokens = log_probs.argmax(-1)
     if worst > PARITY_ATOL:

@@ -159,6 +159,11 @@ class Engine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or available_cpus()
         options.inter_op_num_threads = 1
+        # Idle intra-op threads sleep instead of spinning. On the 2-core reference machine
+        # (bench, 64 test sentences, int8, 2 threads) this is faster alone (batch 1: 10.9
+        # against 13.0 ms/sentence; batch 32: 7.7 against 9.5) and far better when anything
+        # else needs the cores: the scheduler, the HTTP side, other containers.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3

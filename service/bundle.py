@@ -65,6 +65,22 @@ def per_layer(name: str, arrays: Sequence[Any]) -> dict[str, Any]:
     return {f"{name}_{i}": array for i, array in enumerate(arrays)}
 
 
+def decoder_feeds(tokens: Any, positions: Any, self_keys: Sequence[Any],
+                  self_values: Sequence[Any], self_mask: Any, cross_keys: Sequence[Any],
+                  cross_values: Sequence[Any], src_mask: Any) -> dict[str, Any]:
+    """The decoder graph's feeds; each cache is a list of layers or a stacked array."""
+    return {
+        "tokens": tokens,
+        "positions": positions,
+        "self_mask": self_mask,
+        "src_mask": src_mask,
+        **per_layer("self_keys", self_keys),
+        **per_layer("self_values", self_values),
+        **per_layer("cross_keys", cross_keys),
+        **per_layer("cross_values", cross_values),
+    }
+
+
 class BundleError(ValueError):
     """A bundle is missing, incomplete, corrupted or of an unsupported contract version."""
 

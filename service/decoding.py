@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 import sentencepiece as spm
 
-from service.bundle import Bundle, BundleError, decoder_outputs, load_bundle, per_layer
+from service.bundle import Bundle, BundleError, decoder_feeds, decoder_outputs, load_bundle
 from service.normalize import clean_text
 
 NEG_INF = -1e30
@@ -332,16 +332,8 @@ class DecodeBatch:
         rows = len(self.tokens)
         self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), bool)], axis=1)
         log_probs, *presents = self.engine.run_decoder(
-            {
-                "tokens": self.tokens,
-                "positions": self.positions,
-                "self_mask": self_mask,
-                "src_mask": self.src_mask,
-                **per_layer("self_keys", self.self_keys),
-                **per_layer("self_values", self.self_values),
-                **per_layer("cross_keys", self.cross_keys),
-                **per_layer("cross_values", self.cross_values),
-            }
+            decoder_feeds(self.tokens, self.positions, self.self_keys, self.self_values,
+                          self_mask, self.cross_keys, self.cross_values, self.src_mask)
         )
         # The graph returns the grown cache: feeding it back as is costs no copy here.
         self.self_keys, self.self_values = presents[0::2], presents[1::2]

@@ -25,9 +25,9 @@ from service.bundle import (
     CACHE_INPUTS,
     CONTRACT_VERSION,
     MANIFEST,
+    decoder_feeds,
     decoder_inputs,
     decoder_outputs,
-    per_layer,
     sha256_file,
 )
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
@@ -71,21 +71,6 @@ class DecoderGraph(nn.Module):
 
 ENCODER_INPUTS = ["src_tokens"]
 ENCODER_OUTPUTS = ["cross_keys", "cross_values", "src_mask"]
-
-
-def decoder_feeds(tokens, positions, self_keys, self_values, self_mask, cross_keys, cross_values,
-                  src_mask) -> dict[str, np.ndarray]:
-    """The decoder graph's feeds from stacked [layers, ...] caches (numpy)."""
-    return {
-        "tokens": tokens,
-        "positions": positions,
-        "self_mask": self_mask,
-        "src_mask": src_mask,
-        **per_layer("self_keys", self_keys),
-        **per_layer("self_values", self_values),
-        **per_layer("cross_keys", cross_keys),
-        **per_layer("cross_values", cross_values),
-    }
 
 
 def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
@@ -209,6 +194,11 @@ def _fused_decoder_graph(model: Transformer):
     def weight(prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
         return const(prefix + "weight", state[prefix + "weight"].T)
 
+    def attention(inputs: list[str], outputs: list[str]) -> str:
+        """com.microsoft.MultiHeadAttention: key padding mask, bias, optional past cache."""
+        return node("MultiHeadAttention", inputs, outputs, domain="com.microsoft",
+                    num_heads=heads, mask_filter_value=-1e9)
+
     def add_norm(layer: str, out: str, inner: str, bias: str, residual: str, norm: int) -> str:
         """LayerNorm(residual + inner + bias), the post-norm Add & Norm in one kernel."""
         norm_prefix = f"{layer}sublayer.{norm}.norm."
@@ -237,14 +227,10 @@ def _fused_decoder_graph(model: Transformer):
         q, k, v = (f"self_q_{i}", f"self_k_{i}", f"self_v_{i}")
         node("Split", [qkv], [q, k, v], axis=-1, num_outputs=3)
         context = f"self_context_{i}"
-        node(
-            "MultiHeadAttention",
+        attention(
             [q, k, v, const(a + "qkv.bias", qkv_b), self_mask, "",
              caches["self_keys"], caches["self_values"]],
             [context, f"present_keys_{i}", f"present_values_{i}"],
-            domain="com.microsoft",
-            num_heads=heads,
-            mask_filter_value=-1e9,
         )
         out = node("MatMul", [context, weight(a + "w_o.")], [f"self_out_{i}"])
         x = add_norm(p, f"self_norm_{i}", out, a + "w_o.bias", x, 0)
@@ -253,14 +239,10 @@ def _fused_decoder_graph(model: Transformer):
         q = node("MatMul", [x, weight(c + "w_q.")], [f"cross_q_{i}"])
         # The query bias rides in the attention kernel (keys/values are projected already).
         bias = np.concatenate([state[c + "w_q.bias"], np.zeros(2 * d_model, np.float32)])
-        context = node(
-            "MultiHeadAttention",
+        context = attention(
             [q, caches["cross_keys"], caches["cross_values"], const(c + "qkv.bias", bias),
              src_mask],
             [f"cross_context_{i}"],
-            domain="com.microsoft",
-            num_heads=heads,
-            mask_filter_value=-1e9,
         )
         out = node("MatMul", [context, weight(c + "w_o.")], [f"cross_out_{i}"])
         x = add_norm(p, f"cross_norm_{i}", out, c + "w_o.bias", x, 1)
@@ -357,12 +339,10 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
         "cross_values": cross_values,
         "src_mask": src_mask,
     }
-    feeds = decoder_feeds(**stacked)
-    batched = decoder_session.run(None, feeds)[0]
+    batched = decoder_session.run(None, decoder_feeds(**stacked))[0]
     for row in range(batch):
         alone_keys = encoder_session.run(None, {"src_tokens": src[row : row + 1]})[0]
-        width = alone_keys.shape[3]
-        if not np.array_equal(alone_keys, cross_keys[:, row : row + 1, :, :width]):
+        if not np.array_equal(alone_keys, cross_keys[:, row : row + 1]):
             raise RuntimeError(f"batch invariance: {encoder} row {row} differs alone")
         row_feeds = decoder_feeds(**{
             key: value[:, row : row + 1] if value.ndim == 5 else value[row : row + 1]

@@ -77,7 +77,9 @@ def pair_label(pair: Pair) -> str:
     return f"{pair[0]}-{pair[1]}"
 
 
-def get_state(request: Request) -> ServiceState:
+# Dependencies are coroutines: FastAPI runs a plain ``def`` dependency in its thread pool, two
+# thread hops per request for what is an attribute read.
+async def get_state(request: Request) -> ServiceState:
     return request.app.state.service
 
 
@@ -85,7 +87,7 @@ State = Annotated[ServiceState, Depends(get_state)]
 _bearer = HTTPBearer(auto_error=False, description="One of the API_KEYS, when any are set.")
 
 
-def require_api_key(
+async def require_api_key(
     state: State,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

@@ -47,6 +47,12 @@ def _control_table() -> dict[int, str | None]:
     return table
 
 
+def build_tables() -> None:
+    """Build the lookup table now; a server calls this at load time so that its first
+    non-ASCII request does not pay for it."""
+    _control_table()
+
+
 def clean_text(text: str) -> str:
     """NFC, control and invisible format characters removed, whitespace folded and stripped.
 

@@ -28,7 +28,7 @@ import onnxruntime as ort
 import sentencepiece as spm
 
 from service.bundle import Bundle, BundleError, decoder_feeds, decoder_outputs, load_bundle
-from service.normalize import clean_text
+from service.normalize import build_tables, clean_text
 
 NEG_INF = -1e30
 
@@ -130,6 +130,35 @@ def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return count
 
 
+def top_candidates(
+    scores: np.ndarray, log_probs: np.ndarray, count: int, margin: float = 2.0
+) -> tuple[list[int], list[int], list[float]]:
+    """The ``count`` best (beam, token) pairs by ``scores[beam] + log_probs[beam, token]``, best
+    first, as (beams, tokens, totals).
+
+    Exact, yet it never partitions the whole [beams, vocab] block, which at about 10 ns an
+    entry was the largest cost of a beam step after the decoder itself. Next-token
+    distributions are peaked, so few entries come within ``margin`` of the best total and one
+    vectorised comparison finds them; the margin doubles until ``count`` entries qualify. On
+    the default model 2 nats is enough in half the steps and 8 nats in all but 0.2% (8 nats
+    would admit a median of 1,200 entries, hence the small start). Every pair above the
+    cut-off is a candidate, so the best ``count`` of them are the best overall."""
+    row_best = scores + log_probs.max(axis=1)
+    best = float(row_best.max())
+    while True:
+        cutoff = best - margin
+        # Per-row thresholds on the float32 log-probs; rows that cannot reach the cut-off
+        # (a dead beam's score is NEG_INF) get +inf and contribute nothing.
+        limits = np.where(row_best >= cutoff, cutoff - scores, np.inf).astype(np.float32)
+        beams, tokens = np.nonzero(log_probs >= limits[:, None])
+        if len(beams) >= count or not math.isfinite(cutoff) or margin > 1e4:
+            break
+        margin *= 2
+    totals = scores[beams] + log_probs[beams, tokens].astype(np.float64)
+    order = np.lexsort((tokens, beams, -totals))[:count]  # ties: lower beam, then lower token
+    return beams[order].tolist(), tokens[order].tolist(), totals[order].tolist()
+
+
 def _select(cache: list[np.ndarray], rows: np.ndarray | None, first: int) -> list[np.ndarray]:
     """Each layer's cache with ``rows`` in that order (all when None), from column ``first``,
     contiguous as onnxruntime wants its inputs."""
@@ -155,6 +184,7 @@ class Engine:
         if self.tokenizer.pad_id() != self.pad_id or self.tokenizer.eos_id() != self.eos_id:
             raise BundleError(f"{self.bundle.tokenizer_path}: special ids differ from the manifest")
         self.max_source_tokens = self.bundle.max_positions
+        build_tables()  # the normaliser's table, else the first non-ASCII sentence waits for it
         self.providers = self._providers(device)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or available_cpus()
@@ -392,16 +422,10 @@ class DecodeBatch:
         width = sentence.width
         eos = self.engine.eos_id
         sentence.steps += 1
-        candidates = sentence.scores[:, None] + log_probs.astype(np.float64)
-        flat = candidates.ravel()
-        count = min(2 * width, flat.size - 1)
-        top = np.argpartition(-flat, count)[:count]
-        top = top[np.argsort(-flat[top], kind="stable")]
+        count = min(2 * width, log_probs.size - 1)
+        top = zip(*top_candidates(sentence.scores, log_probs, count), strict=True)
         parents, tokens, scores, prefixes = [], [], [], []
-        vocab = log_probs.shape[1]
-        for rank, index in enumerate(top):
-            beam, token = divmod(int(index), vocab)
-            score = float(flat[index])
+        for rank, (beam, token, score) in enumerate(top):
             if score <= NEG_INF / 2:
                 break
             if token == eos:

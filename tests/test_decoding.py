@@ -7,10 +7,19 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from service.decoding import DecodeOptions, Engine, SourceTooLong, _Hole, available_cpus
+from service.decoding import (
+    NEG_INF,
+    DecodeOptions,
+    Engine,
+    SourceTooLong,
+    _Hole,
+    available_cpus,
+    top_candidates,
+)
 from training.config import BOS_ID, EOS_ID, PAD_ID
 from training.corpus import read_tsv
 from training.export import load_checkpoint
@@ -218,3 +227,25 @@ def test_input_is_normalised_as_the_training_corpus_was(engine: Engine, pairs) -
     assert engine.tokenize(decomposed) == engine.tokenize(source.replace("a", "ä"))
     noisy = "  " + source.replace(" ", " \u200b\t ") + "\x00 "
     assert engine.tokenize(noisy) == engine.tokenize(source)
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 20.0])  # peaked to nearly flat
+def test_beam_candidates_are_the_exact_top_of_the_whole_block(temperature: float) -> None:
+    rng = np.random.default_rng(int(temperature * 10))
+    for trial in range(50):
+        width, vocab = int(rng.integers(1, 6)), int(rng.integers(5, 300))
+        logits = rng.standard_normal((width, vocab)) * temperature
+        log_probs = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
+        if trial % 3 == 0:  # repeated values: ties resolve by beam, then token
+            log_probs = np.round(log_probs, 1)
+        scores = rng.uniform(-20, 0, width)
+        if trial % 4 == 0:
+            scores[1:] = NEG_INF  # the first step: only beam 0 may expand
+        count = min(2 * width, log_probs.size - 1)
+        beams, tokens, totals = top_candidates(scores, log_probs, count)
+
+        flat = (scores[:, None] + log_probs.astype(np.float64)).ravel()
+        live = np.flatnonzero(flat > NEG_INF / 2)
+        expected = live[np.lexsort((live, -flat[live]))][:count]
+        assert [b * vocab + t for b, t in zip(beams, tokens, strict=True)] == expected.tolist()
+        assert totals == flat[expected].tolist()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from service.decoding import Engine
+from training.cli import main
 from training.config import DataConfig, SourceFile
 from training.corpus import read_tsv
 from training.evaluate import evaluate_bundle
@@ -30,3 +33,19 @@ def test_scores_overall_and_by_source(tiny_bundle: Path, tmp_path: Path) -> None
     assert result["by_source"]["other"]["bleu"] < 5
     hypotheses = (tmp_path / "hyp.txt").read_text().splitlines()
     assert hypotheses[:8] == [t for _, t in pairs[:8]]
+
+
+def test_cli_passes_the_decoding_options(tiny_bundle: Path, tmp_path: Path, capsys) -> None:
+    engine = Engine(tiny_bundle, threads=1)
+    pairs = sorted(read_tsv(FIXTURE), key=lambda p: -len(engine.tokenizer.encode(p[1])))[:6]
+    assert len(engine.tokenizer.encode(pairs[0][1])) > 10  # else the cap below proves nothing
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    hyp = tmp_path / "hyp.txt"
+    main(["evaluate", str(tiny_bundle), str(test), "--threads", "1", "--beam-size", "2",
+          "--length-penalty", "0.5", "--max-length-ratio", "0.01", "--hypotheses", str(hyp)])
+    result = json.loads(capsys.readouterr().out)
+    assert (result["beam_size"], result["length_penalty"], result["max_length_ratio"]) == (
+        2, 0.5, 0.01)
+    # A ratio of 0.01 leaves the absolute allowance: at most 10 target tokens per sentence.
+    assert all(len(engine.tokenizer.encode(h)) <= 10 for h in hyp.read_text().splitlines())

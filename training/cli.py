@@ -67,7 +67,9 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
     from training.evaluate import evaluate_bundle
 
     result = evaluate_bundle(args.bundle, args.test_tsv, beam_size=args.beam_size,
-                             limit=args.limit, variant=args.variant, threads=args.threads,
+                             length_penalty=args.length_penalty,
+                             max_length_ratio=args.max_length_ratio, limit=args.limit,
+                             variant=args.variant, threads=args.threads,
                              hypotheses_out=args.hypotheses,
                              by_source=config.data if args.by_source else None)
     print(json.dumps(result, indent=2, default=str))
@@ -112,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bundle")
     p.add_argument("test_tsv")
     p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--length-penalty", type=float, default=1.0,
+                   help="beam score = log P / length ** this (the service's default: 1.0)")
+    p.add_argument("--max-length-ratio", type=float, default=2.0,
+                   help="at most this x source tokens + 10 generated (the service's default)")
     p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0)

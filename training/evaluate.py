@@ -20,6 +20,8 @@ def evaluate_bundle(
     test_tsv: str | Path,
     *,
     beam_size: int = 1,
+    length_penalty: float = 1.0,
+    max_length_ratio: float = 2.0,
     limit: int | None = None,
     variant: str | None = None,
     threads: int = 0,
@@ -37,7 +39,13 @@ def evaluate_bundle(
     sources = [s for s, _ in usable]
     references = [t for _, t in usable]
     start = time.perf_counter()
-    translations = engine.translate(sources, beam_size=beam_size, max_batch_rows=max_batch_rows)
+    translations = engine.translate(
+        sources,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_length_ratio=max_length_ratio,
+        max_batch_rows=max_batch_rows,
+    )
     seconds = time.perf_counter() - start
     hypotheses = [t.text for t in translations]
     if hypotheses_out:
@@ -50,6 +58,8 @@ def evaluate_bundle(
         "sentences": len(usable),
         "skipped_too_long": len(pairs) - len(usable),
         "beam_size": beam_size,
+        "length_penalty": length_penalty,
+        "max_length_ratio": max_length_ratio,
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "seconds": round(seconds, 2),

@@ -18,6 +18,7 @@ from service.decoding import (
     SourceTooLong,
     _Hole,
     available_cpus,
+    length_groups,
     top_candidates,
 )
 from training.config import BOS_ID, EOS_ID, PAD_ID
@@ -249,3 +250,35 @@ def test_beam_candidates_are_the_exact_top_of_the_whole_block(temperature: float
         expected = live[np.lexsort((live, -flat[live]))][:count]
         assert [b * vocab + t for b, t in zip(beams, tokens, strict=True)] == expected.tolist()
         assert totals == flat[expected].tolist()
+
+
+def test_length_groups_split_only_where_the_padding_saved_outweighs_a_call() -> None:
+    assert length_groups([20] * 10) == [slice(0, 10)]
+    assert length_groups([]) == [slice(0, 0)]
+    # One long sentence beside many short ones runs on its own...
+    assert length_groups([150] + [12] * 30, call_cost=32) == [slice(0, 1), slice(1, 31)]
+    # ...but a few positions of padding are not worth another call.
+    assert length_groups([14, 13, 12, 12], call_cost=32) == [slice(0, 4)]
+    lengths = sorted((int(n) for n in np.random.default_rng(0).integers(1, 120, 64)), reverse=True)
+    groups = length_groups(lengths)
+    assert [g.start for g in groups[1:]] == [g.stop for g in groups[:-1]]  # contiguous
+    assert groups[0].start == 0 and groups[-1].stop == len(lengths)
+    padded = sum(lengths[g.start] * (g.stop - g.start) for g in groups)
+    assert padded + 32 * (len(groups) - 1) < lengths[0] * len(lengths)  # cheaper than one call
+
+
+def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> None:
+    sources = [engine.tokenize(s) for s, _ in pairs[:12]]
+    # One much longer than the rest, which the encoder should take in a group of its own.
+    joined = [t for ids in sources[:6] for t in ids[:-1]][: engine.max_source_tokens - 1]
+    sources[5] = [*joined, engine.eos_id]
+    lengths = sorted((len(ids) for ids in sources), reverse=True)
+    assert len(length_groups(lengths)) > 1
+    keys, values, mask = engine.new_batch()._encode(sources)
+    width = max(map(len, sources))
+    for i, ids in enumerate(sources):
+        alone_keys, alone_values, _ = engine.run_encoder(np.asarray([ids], np.int64))
+        n = len(ids)
+        assert mask[i].tolist() == [True] * n + [False] * (width - n)
+        np.testing.assert_array_equal(keys[:, i, :, :n], alone_keys[:, 0])
+        np.testing.assert_array_equal(values[:, i, :, :n], alone_values[:, 0])

@@ -73,7 +73,10 @@ def test_greedy_equals_pytorch_and_full_prefix_recomputation(engine, pairs, tiny
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_batch_invariance_greedy_and_beam(tiny_bundle: Path, variant: str, pairs) -> None:
-    engine = Engine(tiny_bundle, device="cpu", threads=1, variant=variant)
+    # Two threads: a lone greedy row then runs on the one-thread decoder session, a batch on
+    # the two-thread one, and the two must agree to the bit.
+    engine = Engine(tiny_bundle, device="cpu", threads=2, variant=variant)
+    assert engine.decoder_one_row is not engine.decoder
     # 32 sentences of mixed length, some unseen, some repeated.
     sources = [s for s, _ in pairs[:24]] + [
         "Hello.", "The cat.", "Please close the window and the door of the garden.",

@@ -7,8 +7,9 @@ from a test file, as fast as answers come back. Reported per run: sentences/s, t
 By default the script starts the server twice from MODEL_DIR (``BATCHING=true``, then
 ``BATCHING=false``: one sentence at a time), measures the engine's offline batch-32 throughput
 in-process, and the bare engine's latency on the very texts the 1-client run posts (split
-into sentences as the server splits them), and prints the ratios. ``--url`` measures an already running server instead (add
-``--url-unbatched`` for the comparison). It prints figures and never asserts.
+into sentences as the server splits them), and prints the ratios. ``--url`` measures an
+already running server instead (add ``--url-unbatched`` for the comparison). It prints
+figures and never asserts.
 
     python bench/load.py                                # models/, test set or fixture
     python bench/load.py --model-dir models/en-de --clients 1,8,64 --requests 512

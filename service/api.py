@@ -303,10 +303,12 @@ def _decode_options(payload: TranslateRequest, settings: Settings) -> DecodeOpti
             f"max_length must be at most {settings.max_length}.",
             "max_length",
         )
+    no_repeat = payload.no_repeat_ngram_size
     return DecodeOptions(
         beam_size=beam,
         max_length=payload.max_length or settings.max_length,
         num_hypotheses=wanted,
+        no_repeat_ngram_size=settings.no_repeat_ngram_size if no_repeat is None else no_repeat,
     )
 
 

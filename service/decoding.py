@@ -44,8 +44,13 @@ class DecodeOptions:
     max_length: int = 256  # absolute cap on generated target tokens
     max_length_ratio: float = 2.0  # and at most ratio * source tokens + 10
     num_hypotheses: int = 1  # n-best, at most beam_size
+    no_repeat_ngram_size: int = 0  # > 0: no n-gram of this size twice in a translation
 
     def __post_init__(self) -> None:
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(
+                f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}"
+            )
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
         if not 1 <= self.num_hypotheses <= self.beam_size:
@@ -157,6 +162,18 @@ def top_candidates(
     totals = scores[beams] + log_probs[beams, tokens].astype(np.float64)
     order = np.lexsort((tokens, beams, -totals))[:count]  # ties: lower beam, then lower token
     return beams[order].tolist(), tokens[order].tolist(), totals[order].tolist()
+
+
+def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
+    """The tokens that, appended to ``prefix``, would complete an n-gram of ``size`` tokens
+    that ``prefix`` already holds."""
+    if size == 1:
+        return list(prefix)
+    if len(prefix) < size:
+        return []
+    start = len(prefix) - size + 1  # the last size - 1 tokens: what a repeat would extend
+    tail = prefix[start:]
+    return [prefix[i + size - 1] for i in range(start) if prefix[i : i + size - 1] == tail]
 
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
@@ -407,6 +424,7 @@ class DecodeBatch:
         done: list[tuple[Hashable, Translation]] = []
         moved = False
         row = 0
+        self._ban_repeats(log_probs)
         # One argmax over the whole block for the greedy rows (cheaper than one per row).
         best_ids = log_probs.argmax(axis=1)
         picked = log_probs[order, best_ids].tolist()
@@ -432,6 +450,20 @@ class DecodeBatch:
             row += width
         self._advance(order if moved else None, next_tokens, dead)
         return done
+
+    def _ban_repeats(self, log_probs: np.ndarray) -> None:
+        """Rule out, row by row, each token that would repeat an n-gram of the row's prefix
+        (sentences with ``no_repeat_ngram_size``), as CTranslate2 and Hugging Face do: an
+        undertrained model's usual failure is a loop that runs to the length cap."""
+        row = 0
+        for sentence in self.sentences:
+            size = sentence.options.no_repeat_ngram_size
+            if size:
+                for beam, prefix in enumerate(sentence.prefixes):
+                    banned = repeated_ngram_ends(prefix, size)
+                    if banned:
+                        log_probs[row + beam, banned] = NEG_INF
+            row += sentence.width
 
     def _greedy(self, sentence: _Sentence, token: int, log_prob: float):
         sentence.steps += 1

@@ -35,6 +35,13 @@ class TranslateRequest(BaseModel):
     max_length: int | None = Field(
         None, ge=1, description="Most target tokens generated per sentence."
     )
+    no_repeat_ngram_size: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="Never repeat an n-gram of this many tokens in a translation (0: allow; "
+        "default: the server's NO_REPEAT_NGRAM_SIZE).",
+    )
     num_alternatives: int = Field(
         0, ge=0, description="Extra translations besides the best; needs beam_size > this."
     )

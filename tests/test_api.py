@@ -189,6 +189,9 @@ def test_repeated_sentences_are_decoded_once(tmp_path: Path) -> None:
     run(main())
 
 
+NO_REPEAT = "no_repeat_ngram_size"
+
+
 @pytest.mark.parametrize(
     ("content", "status", "code", "field"),
     [
@@ -210,6 +213,9 @@ def test_repeated_sentences_are_decoded_once(tmp_path: Path) -> None:
         (b'{"text": "a", "max_length": 0}', 422, "invalid_field", "max_length"),
         (b'{"text": "a", "max_length": 257}', 422, "invalid_field", "max_length"),
         (b'{"text": "a", "num_alternatives": -1}', 422, "invalid_field", "num_alternatives"),
+        (b'{"text": "a", "no_repeat_ngram_size": -1}', 422, "invalid_field", NO_REPEAT),
+        (b'{"text": "a", "no_repeat_ngram_size": 65}', 422, "invalid_field", NO_REPEAT),
+        (b'{"text": "a", "no_repeat_ngram_size": "3"}', 422, "invalid_field", NO_REPEAT),
         (
             b'{"text": "a", "beam_size": 2, "num_alternatives": 2}',
             422,
@@ -713,3 +719,14 @@ def test_real_short_request_finishes_while_a_long_batch_runs(real_app: FastAPI) 
             assert order == ["short", "long"]
 
     run(main())
+
+
+def test_no_repeat_ngram_size_defaults_to_the_setting_and_a_request_overrides_it() -> None:
+    from service.api import _decode_options
+    from service.schemas import TranslateRequest
+
+    settings = Settings(no_repeat_ngram_size=3)
+    assert _decode_options(TranslateRequest(text="a"), settings).no_repeat_ngram_size == 3
+    request = TranslateRequest(text="a", no_repeat_ngram_size=0)
+    assert _decode_options(request, settings).no_repeat_ngram_size == 0
+    assert _decode_options(TranslateRequest(text="a"), Settings()).no_repeat_ngram_size == 0

@@ -19,6 +19,7 @@ from service.decoding import (
     _Hole,
     available_cpus,
     length_groups,
+    repeated_ngram_ends,
     top_candidates,
 )
 from training.config import BOS_ID, EOS_ID, PAD_ID
@@ -84,7 +85,12 @@ def test_batch_invariance_greedy_and_beam(tiny_bundle: Path, variant: str, pairs
         "Yes.", "The children are reading a book about coffee.", pairs[0][0],
     ]
     assert len(sources) == 32
-    for options in (dict(beam_size=1), dict(beam_size=4, num_hypotheses=2)):
+    for options in (
+        dict(beam_size=1),
+        dict(beam_size=4, num_hypotheses=2),
+        dict(beam_size=1, no_repeat_ngram_size=1),
+        dict(beam_size=3, no_repeat_ngram_size=2),
+    ):
         batched = engine.translate(sources, **options)
         for source, translation in zip(sources, batched, strict=True):
             alone = engine.translate([source], **options)[0]
@@ -285,3 +291,32 @@ def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> N
         assert mask[i].tolist() == [True] * n + [False] * (width - n)
         np.testing.assert_array_equal(keys[:, i, :, :n], alone_keys[:, 0])
         np.testing.assert_array_equal(values[:, i, :, :n], alone_values[:, 0])
+
+
+def test_no_repeat_ngram_size_rules_out_repeats(engine: Engine, pairs) -> None:
+    sources = [s for s, _ in pairs[:40]]
+    plain = engine.translate(sources)
+    repeating = [i for i, t in enumerate(plain) if len(set(t.hypotheses[0].token_ids)) <
+                 len(t.hypotheses[0].token_ids)]
+    assert repeating  # some memorised translations repeat a token: the option must change them
+    for size, beam in ((1, 1), (2, 1), (1, 3)):
+        blocked = engine.translate(sources, no_repeat_ngram_size=size, beam_size=beam)
+        for translation in blocked:
+            ids = translation.hypotheses[0].token_ids
+            ngrams = [tuple(ids[i : i + size]) for i in range(len(ids) - size + 1)]
+            assert len(ngrams) == len(set(ngrams))
+        if size == 1:
+            assert all(blocked[i].text != plain[i].text for i in repeating)
+    assert [t.text for t in engine.translate(sources, no_repeat_ngram_size=0)] == [
+        t.text for t in plain
+    ]
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        engine.translate(sources[:1], no_repeat_ngram_size=-1)
+
+
+def test_repeated_ngram_ends() -> None:
+    assert repeated_ngram_ends([1, 2, 3, 1, 2], 3) == [3]
+    assert repeated_ngram_ends([1, 2, 3, 1, 2], 2) == [3]
+    assert repeated_ngram_ends([5, 5], 2) == [5]
+    assert repeated_ngram_ends([1, 2], 3) == []
+    assert repeated_ngram_ends([7, 8, 7], 1) == [7, 8, 7]

@@ -68,7 +68,8 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
 
     result = evaluate_bundle(args.bundle, args.test_tsv, beam_size=args.beam_size,
                              length_penalty=args.length_penalty,
-                             max_length_ratio=args.max_length_ratio, limit=args.limit,
+                             max_length_ratio=args.max_length_ratio,
+                             no_repeat_ngram_size=args.no_repeat_ngram_size, limit=args.limit,
                              variant=args.variant, threads=args.threads,
                              hypotheses_out=args.hypotheses,
                              by_source=config.data if args.by_source else None)
@@ -118,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="beam score = log P / length ** this (the service's default: 1.0)")
     p.add_argument("--max-length-ratio", type=float, default=2.0,
                    help="at most this x source tokens + 10 generated (the service's default)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                   help="never repeat an n-gram of this many tokens (0: allow)")
     p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0)

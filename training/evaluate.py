@@ -22,6 +22,7 @@ def evaluate_bundle(
     beam_size: int = 1,
     length_penalty: float = 1.0,
     max_length_ratio: float = 2.0,
+    no_repeat_ngram_size: int = 0,
     limit: int | None = None,
     variant: str | None = None,
     threads: int = 0,
@@ -44,6 +45,7 @@ def evaluate_bundle(
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_length_ratio=max_length_ratio,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         max_batch_rows=max_batch_rows,
     )
     seconds = time.perf_counter() - start
@@ -60,6 +62,7 @@ def evaluate_bundle(
         "beam_size": beam_size,
         "length_penalty": length_penalty,
         "max_length_ratio": max_length_ratio,
+        "no_repeat_ngram_size": no_repeat_ngram_size,
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "seconds": round(seconds, 2),

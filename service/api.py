@@ -180,10 +180,11 @@ async def translate(request: Request, state: State) -> TranslateResponse:
     payload = _parse(body)
     texts = [payload.text] if isinstance(payload.text, str) else payload.text
     _check_texts(texts, isinstance(payload.text, str), settings)
-    options = _decode_options(payload, settings)
+    overrides = _decode_options(payload, settings)
     _require_ready(state)
     pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
     engine = state.engines[pair]
+    options = engine.options(**overrides)  # the rest: the bundle's recommended decoding
     if sum(map(len, texts)) <= _INLINE_CHARS:
         prepared = prepare_texts(texts, engine)
     else:
@@ -281,7 +282,9 @@ def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None
             )
 
 
-def _decode_options(payload: TranslateRequest, settings: Settings) -> DecodeOptions:
+def _decode_options(payload: TranslateRequest, settings: Settings) -> dict[str, Any]:
+    """The decoding options the request and the settings fix, validated against the limits;
+    the engine fills in the rest from its bundle."""
     wanted = payload.num_alternatives + 1
     if payload.beam_size is not None and payload.beam_size > settings.max_beam:
         raise ApiError(
@@ -303,13 +306,17 @@ def _decode_options(payload: TranslateRequest, settings: Settings) -> DecodeOpti
             f"max_length must be at most {settings.max_length}.",
             "max_length",
         )
+    options: dict[str, Any] = {
+        "beam_size": beam,
+        "max_length": payload.max_length or settings.max_length,
+        "num_hypotheses": wanted,
+    }
     no_repeat = payload.no_repeat_ngram_size
-    return DecodeOptions(
-        beam_size=beam,
-        max_length=payload.max_length or settings.max_length,
-        num_hypotheses=wanted,
-        no_repeat_ngram_size=settings.no_repeat_ngram_size if no_repeat is None else no_repeat,
-    )
+    if no_repeat is None:
+        no_repeat = settings.no_repeat_ngram_size
+    if no_repeat is not None:
+        options["no_repeat_ngram_size"] = no_repeat
+    return options
 
 
 def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any]) -> Pair:

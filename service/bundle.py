@@ -18,7 +18,9 @@ stack the presents again, three copies of the whole cache per step (about a fift
 at batch 32). Per-layer tensors cost none: a layer of a stacked array is a zero-copy view.
 
 ``manifest.json`` records the contract version, languages, special ids, dimensions, the
-variants (fp32, int8) and the sha256 of every file.
+variants (fp32, int8) and the sha256 of every file. Its optional ``decoding`` holds the
+decoding settings measured best for this model (``DECODING_KEYS``), as Hugging Face's
+generation_config does: they travel with the model, not with whatever serves it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Any
 CONTRACT_VERSION = 2
 CACHE_INPUTS = ("self_keys", "self_values", "cross_keys", "cross_values")
 MANIFEST = "manifest.json"
+# How to decode this model well; beam size and lengths stay the server's resource policy.
+DECODING_KEYS = ("length_penalty", "max_length_ratio", "no_repeat_ngram_size")
 REQUIRED_KEYS = (
     "contract_version",
     "source_lang",
@@ -118,6 +122,11 @@ class Bundle:
     def tokenizer_path(self) -> Path:
         return self.dir / self.manifest["tokenizer"]
 
+    @property
+    def decoding(self) -> dict[str, Any]:
+        """The model's recommended decoding settings (a subset of ``DECODING_KEYS``)."""
+        return dict(self.manifest.get("decoding", {}))
+
     def graph_paths(self, variant: str | None = None) -> tuple[Path, Path]:
         """(encoder, decoder) paths of ``variant`` (the manifest's default when None)."""
         name = variant or self.manifest["default_variant"]
@@ -147,6 +156,12 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
             f"{manifest_path}: contract version {manifest['contract_version']!r}, "
             f"this service speaks version {CONTRACT_VERSION} (re-export the checkpoint with "
             "`translate-train export`)"
+        )
+    decoding = manifest.get("decoding", {})
+    if not isinstance(decoding, dict) or set(decoding) - set(DECODING_KEYS):
+        raise BundleError(
+            f"{manifest_path}: 'decoding' may only hold {', '.join(DECODING_KEYS)}; "
+            f"got {decoding!r}"
         )
     files: dict[str, str] = manifest["files"]
     referenced = {manifest["tokenizer"]}

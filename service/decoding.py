@@ -220,6 +220,11 @@ class Engine:
         if self.tokenizer.pad_id() != self.pad_id or self.tokenizer.eos_id() != self.eos_id:
             raise BundleError(f"{self.bundle.tokenizer_path}: special ids differ from the manifest")
         self.max_source_tokens = self.bundle.max_positions
+        self.decoding_defaults = self.bundle.decoding  # the model's measured best settings
+        try:
+            DecodeOptions(**self.decoding_defaults)
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"{self.bundle.dir}: bad 'decoding' in the manifest: {exc}") from exc
         build_tables()  # the normaliser's table, else the first non-ASCII sentence waits for it
         self.providers = self._providers(device)
         options = ort.SessionOptions()
@@ -297,12 +302,13 @@ class Engine:
         self, sentences: Sequence[str], max_batch_rows: int = 64, **options
     ) -> list[Translation]:
         """Translate ``sentences`` (each already a single sentence) with ``DecodeOptions``
-        fields as keyword options. Raises ``SourceTooLong`` for a sentence over the model's
-        positions rather than cutting it."""
+        fields as keyword options; those not given come from the bundle's recommended
+        ``decoding``, then ``DecodeOptions``' defaults. Raises ``SourceTooLong`` for a
+        sentence over the model's positions rather than cutting it."""
         unknown = set(options) - {f.name for f in fields(DecodeOptions)}
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        decode_options = DecodeOptions(**options)
+        decode_options = self.options(**options)
         sources = [self.tokenize(s) for s in sentences]
         for index, ids in enumerate(sources):
             if len(ids) > self.max_source_tokens:
@@ -328,6 +334,10 @@ class Engine:
             for key, translation in batch.step():
                 results[key] = translation
         return [results[i] for i in range(len(sources))]
+
+    def options(self, **overrides) -> DecodeOptions:
+        """``DecodeOptions`` with the bundle's recommendations under ``overrides``."""
+        return DecodeOptions(**{**self.decoding_defaults, **overrides})
 
     # -- the two graphs -------------------------------------------------------------------------
     def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -75,10 +75,11 @@ class Settings(BaseSettings):
     max_length: int = Field(
         256, ge=1, description="Cap on generated tokens per sentence; also the request default."
     )
-    no_repeat_ngram_size: int = Field(
-        0, ge=0, le=64,
+    no_repeat_ngram_size: int | None = Field(
+        None, ge=0, le=64,
         description="Default for requests: no n-gram of this many tokens twice in a "
-        "translation; 0 allows repeats.",
+        "translation, 0 allows repeats; unset: each bundle's recommendation (its manifest's "
+        "'decoding'), else 0.",
     )
 
     api_keys: Annotated[list[str], NoDecode] = Field(

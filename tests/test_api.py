@@ -721,12 +721,13 @@ def test_real_short_request_finishes_while_a_long_batch_runs(real_app: FastAPI) 
     run(main())
 
 
-def test_no_repeat_ngram_size_defaults_to_the_setting_and_a_request_overrides_it() -> None:
+def test_no_repeat_ngram_size_from_request_else_setting_else_the_bundle() -> None:
     from service.api import _decode_options
     from service.schemas import TranslateRequest
 
     settings = Settings(no_repeat_ngram_size=3)
-    assert _decode_options(TranslateRequest(text="a"), settings).no_repeat_ngram_size == 3
+    assert _decode_options(TranslateRequest(text="a"), settings)["no_repeat_ngram_size"] == 3
     request = TranslateRequest(text="a", no_repeat_ngram_size=0)
-    assert _decode_options(request, settings).no_repeat_ngram_size == 0
-    assert _decode_options(TranslateRequest(text="a"), Settings()).no_repeat_ngram_size == 0
+    assert _decode_options(request, settings)["no_repeat_ngram_size"] == 0
+    # Unset: the engine fills it in from its bundle's recommendation.
+    assert "no_repeat_ngram_size" not in _decode_options(TranslateRequest(text="a"), Settings())

@@ -310,6 +310,17 @@ def test_no_repeat_ngram_size_rules_out_repeats(engine: Engine, pairs) -> None:
     assert [t.text for t in engine.translate(sources, no_repeat_ngram_size=0)] == [
         t.text for t in plain
     ]
+    # A bundle's recommendation applies when the caller gives none.
+    engine.decoding_defaults = {"no_repeat_ngram_size": 1}
+    try:
+        assert [t.text for t in engine.translate(sources)] == [
+            t.text for t in engine.translate(sources, no_repeat_ngram_size=1)
+        ]
+        assert [t.text for t in engine.translate(sources, no_repeat_ngram_size=0)] == [
+            t.text for t in plain
+        ]
+    finally:
+        engine.decoding_defaults = {}
     with pytest.raises(ValueError, match="no_repeat_ngram_size"):
         engine.translate(sources[:1], no_repeat_ngram_size=-1)
 

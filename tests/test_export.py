@@ -102,6 +102,29 @@ def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> 
         load_bundle(bundle_copy)
 
 
+def test_the_recommended_decoding_travels_in_the_manifest(tiny_checkpoint: Path, tmp_path: Path):
+    from service.decoding import Engine
+
+    out = export.export_bundle(tiny_checkpoint, tmp_path / "b", check_parity=False,
+                               decoding={"no_repeat_ngram_size": 1})
+    engine = Engine(out, threads=1)
+    assert engine.options().no_repeat_ngram_size == 1
+    assert engine.options(no_repeat_ngram_size=0).no_repeat_ngram_size == 0
+    with pytest.raises(ValueError, match="unknown key"):
+        export.export_bundle(tiny_checkpoint, tmp_path / "c", check_parity=False,
+                             decoding={"beam_size": 4})  # a resource policy, the server's call
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["decoding"] = {"no_repeat_ngram_size": -2}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="bad 'decoding'"):
+        Engine(out, threads=1)
+    manifest["decoding"] = {"temperature": 0.7}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="'decoding' may only hold"):
+        load_bundle(out)
+
+
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: bool) -> None:
     """Post-norm models get the fused decoder graph, pre-norm ones the traced one; either way

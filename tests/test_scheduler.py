@@ -72,6 +72,9 @@ class FakeEngine:
     def new_batch(self) -> FakeBatch:
         return FakeBatch(self)
 
+    def options(self, **overrides) -> DecodeOptions:
+        return DecodeOptions(**overrides)
+
 
 class FakeBatch:
     def __init__(self, engine: FakeEngine) -> None:

@@ -59,8 +59,13 @@ def _average(args: argparse.Namespace, config: Config) -> None:
 def _export(args: argparse.Namespace, config: Config) -> None:
     from training.export import export_bundle
 
+    decoding = {}
+    for item in args.decoding:
+        key, _, value = item.partition("=")
+        decoding[key] = json.loads(value)
     print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8,
-                        check_parity=not args.no_parity, default_variant=args.default_variant))
+                        check_parity=not args.no_parity, default_variant=args.default_variant,
+                        decoding=decoding))
 
 
 def _evaluate(args: argparse.Namespace, config: Config) -> None:
@@ -110,17 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-variant", choices=["fp32", "int8"], default="fp32",
                    help="the variant the service loads unless told otherwise")
     p.add_argument("--no-parity", action="store_true", help="skip the ONNX/PyTorch parity check")
+    p.add_argument("--decoding", action="append", default=[], metavar="KEY=VALUE",
+                   help="the model's recommended decoding, e.g. no_repeat_ngram_size=3 "
+                   "(length_penalty, max_length_ratio, no_repeat_ngram_size; repeatable)")
     p.set_defaults(run=_export)
     p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")
     p.add_argument("bundle")
     p.add_argument("test_tsv")
     p.add_argument("--beam-size", type=int, default=1)
-    p.add_argument("--length-penalty", type=float, default=1.0,
-                   help="beam score = log P / length ** this (the service's default: 1.0)")
-    p.add_argument("--max-length-ratio", type=float, default=2.0,
-                   help="at most this x source tokens + 10 generated (the service's default)")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
-                   help="never repeat an n-gram of this many tokens (0: allow)")
+    p.add_argument("--length-penalty", type=float, default=None,
+                   help="beam score = log P / length ** this (default: the bundle's, else 1.0)")
+    p.add_argument("--max-length-ratio", type=float, default=None,
+                   help="at most this x source tokens + 10 generated (default: the bundle's, "
+                   "else 2.0)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None,
+                   help="never repeat an n-gram of this many tokens, 0 allows (default: the "
+                   "bundle's, else 0)")
     p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0)

@@ -20,9 +20,9 @@ def evaluate_bundle(
     test_tsv: str | Path,
     *,
     beam_size: int = 1,
-    length_penalty: float = 1.0,
-    max_length_ratio: float = 2.0,
-    no_repeat_ngram_size: int = 0,
+    length_penalty: float | None = None,
+    max_length_ratio: float | None = None,
+    no_repeat_ngram_size: int | None = None,
     limit: int | None = None,
     variant: str | None = None,
     threads: int = 0,
@@ -33,21 +33,19 @@ def evaluate_bundle(
     """Translate the source side of ``test_tsv`` and score it against the target side.
     Sentences longer than the model's positions are skipped and counted, not cut. With
     ``by_source`` (the data config that prepared the file) it also scores each source file's
-    share of the pairs, to see which domains the model handles."""
+    share of the pairs, to see which domains the model handles. Decoding options left None
+    are the bundle's recommendation, as in the service."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
     engine = Engine(bundle, device="cpu" if threads else "auto", threads=threads, variant=variant)
     usable = [(s, t) for s, t in pairs if len(engine.tokenize(s)) <= engine.max_source_tokens]
     sources = [s for s, _ in usable]
     references = [t for _, t in usable]
     start = time.perf_counter()
-    translations = engine.translate(
-        sources,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_length_ratio=max_length_ratio,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        max_batch_rows=max_batch_rows,
-    )
+    given = dict(length_penalty=length_penalty, max_length_ratio=max_length_ratio,
+                 no_repeat_ngram_size=no_repeat_ngram_size)
+    options = engine.options(beam_size=beam_size,
+                             **{key: value for key, value in given.items() if value is not None})
+    translations = engine.translate(sources, max_batch_rows=max_batch_rows, **vars(options))
     seconds = time.perf_counter() - start
     hypotheses = [t.text for t in translations]
     if hypotheses_out:
@@ -60,9 +58,9 @@ def evaluate_bundle(
         "sentences": len(usable),
         "skipped_too_long": len(pairs) - len(usable),
         "beam_size": beam_size,
-        "length_penalty": length_penalty,
-        "max_length_ratio": max_length_ratio,
-        "no_repeat_ngram_size": no_repeat_ngram_size,
+        "length_penalty": options.length_penalty,
+        "max_length_ratio": options.max_length_ratio,
+        "no_repeat_ngram_size": options.no_repeat_ngram_size,
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "seconds": round(seconds, 2),

@@ -24,12 +24,14 @@ from torch import Tensor, nn
 from service.bundle import (
     CACHE_INPUTS,
     CONTRACT_VERSION,
+    DECODING_KEYS,
     MANIFEST,
     decoder_feeds,
     decoder_inputs,
     decoder_outputs,
     sha256_file,
 )
+from service.decoding import DecodeOptions
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from training.model import Transformer
 
@@ -437,8 +439,15 @@ def export_bundle(
     check_parity: bool = True,
     default_variant: str = "fp32",
     scores: dict[str, Any] | None = None,
+    decoding: dict[str, Any] | None = None,
 ) -> Path:
-    """Export ``checkpoint`` to a bundle in ``out_dir`` (replaced atomically when it passes)."""
+    """Export ``checkpoint`` to a bundle in ``out_dir`` (replaced atomically when it passes).
+    ``decoding`` is the model's recommended decoding (``service.bundle.DECODING_KEYS``)."""
+    decoding = dict(decoding or {})
+    unknown = set(decoding) - set(DECODING_KEYS)
+    if unknown:
+        raise ValueError(f"decoding: unknown key(s) {sorted(unknown)}; allowed: {DECODING_KEYS}")
+    DecodeOptions(**decoding)  # raises on a value the engine would refuse
     model, ckpt = load_checkpoint(checkpoint)
     config = model.config
     vocab = Path(ckpt["vocab"])
@@ -478,6 +487,7 @@ def export_bundle(
             "parity_max_abs_diff": worst,
             "training": _training_summary(ckpt),
             "scores": scores or {},
+            "decoding": decoding,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if out_dir.exists():

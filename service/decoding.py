@@ -106,8 +106,9 @@ class _Sentence:
 @dataclass
 class _Hole:
     """The rows of a sentence that left. A waiting sentence of the same width takes them over
-    at the next step (its encoder output is written into them, no cache is copied); holes left
-    over are compacted away before the decoder runs, so a step never computes a dead row."""
+    at the next step (its encoder output is written into them, no cache is copied). Until then
+    they idle (position 0, masked); once idle rows are a quarter of the batch they are
+    compacted away (``COMPACT_IDLE_FRACTION``)."""
 
     width: int
 
@@ -175,6 +176,13 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
     tail = prefix[start:]
     return [prefix[i + size - 1] for i in range(start) if prefix[i : i + size - 1] == tail]
 
+
+# Holes are compacted away once they are this fraction's inverse of the rows or more (1/4):
+# until then a newcomer of the same width takes a hole over at no cost, where compacting
+# copies every row's cache twice (out, then in again when the newcomer is appended). Serving
+# 64 clients, those copies took as long as the decoder itself; an idle row costs one row of
+# a step.
+COMPACT_IDLE_FRACTION = 4
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
 
@@ -415,7 +423,7 @@ class DecodeBatch:
     def step(self) -> list[tuple[Hashable, Translation]]:
         if self.waiting:
             self._admit()
-        if self._holes:
+        if self._holes and self._idle_rows() * COMPACT_IDLE_FRACTION >= len(self.tokens):
             self._compact()
         if not self.sentences:
             return []
@@ -432,6 +440,7 @@ class DecodeBatch:
         order = np.arange(rows)  # rows of the next step, as indices into this step's rows
         next_tokens = np.full(rows, self.engine.bos_id, np.int64)
         dead: list[int] = []  # rows of sentences that finished: holes until refilled
+        idle: list[int] = []  # rows of holes left earlier, idle this step
         done: list[tuple[Hashable, Translation]] = []
         moved = False
         row = 0
@@ -442,6 +451,10 @@ class DecodeBatch:
         best = best_ids.tolist()
         for index, sentence in enumerate(self.sentences):
             width = sentence.width
+            if isinstance(sentence, _Hole):
+                idle.extend(range(row, row + width))
+                row += width
+                continue
             if width == 1:
                 parents, tokens = self._greedy(sentence, best[row], picked[row])
             else:
@@ -459,8 +472,11 @@ class DecodeBatch:
                     moved = True
                 next_tokens[row : row + width] = tokens
             row += width
-        self._advance(order if moved else None, next_tokens, dead)
+        self._advance(order if moved else None, next_tokens, dead, idle)
         return done
+
+    def _idle_rows(self) -> int:
+        return sum(s.width for s in self.sentences if isinstance(s, _Hole))
 
     def _ban_repeats(self, log_probs: np.ndarray) -> None:
         """Rule out, row by row, each token that would repeat an n-gram of the row's prefix
@@ -468,6 +484,9 @@ class DecodeBatch:
         undertrained model's usual failure is a loop that runs to the length cap."""
         row = 0
         for sentence in self.sentences:
+            if isinstance(sentence, _Hole):
+                row += sentence.width
+                continue
             size = sentence.options.no_repeat_ngram_size
             if size:
                 for beam, prefix in enumerate(sentence.prefixes):
@@ -565,16 +584,22 @@ class DecodeBatch:
         return Translation(hypotheses)
 
     # -- batch bookkeeping ----------------------------------------------------------------------
-    def _advance(self, order: np.ndarray | None, tokens: np.ndarray, dead: list[int]) -> None:
+    def _advance(
+        self, order: np.ndarray | None, tokens: np.ndarray, dead: list[int], idle: list[int]
+    ) -> None:
         """After a step: beams take their parents' cache rows (``order``, None when no row
         moved), every row gets its next token, finished rows become holes. Beams reorder only
-        within their sentence, whose rows share one source: the cross keys/values stay put."""
+        within their sentence, whose rows share one source: the cross keys/values stay put.
+        Idle rows stay at position 0, seeing nothing but themselves."""
         self.tokens = tokens
         if order is None:
             self.positions = self.positions + 1
         else:
             self.positions = self.positions[order] + 1
             self.self_mask = self.self_mask[order]
+        if idle:
+            self.positions[idle] = 0
+            self.self_mask[idle] = False
         if dead:
             self.positions[dead] = 0
             self.self_mask[dead] = False

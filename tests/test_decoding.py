@@ -331,3 +331,24 @@ def test_repeated_ngram_ends() -> None:
     assert repeated_ngram_ends([5, 5], 2) == [5]
     assert repeated_ngram_ends([1, 2], 3) == []
     assert repeated_ngram_ends([7, 8, 7], 1) == [7, 8, 7]
+
+
+def test_a_hole_idles_until_a_newcomer_takes_it(engine: Engine, pairs) -> None:
+    """Rows of a finished sentence stay in the batch, idle, rather than being compacted away
+    (a copy of every cache) while they are under a quarter of the rows."""
+    sources = sorted((s for s, _ in pairs[:20]), key=len)  # the shortest finishes first
+    expected = {i: engine.translate([s])[0].text for i, s in enumerate(sources[:9])}
+    batch = engine.new_batch()
+    for i in range(8):
+        batch.add(i, engine.tokenize(sources[i]), DecodeOptions())
+    results: dict = {}
+    while not results:
+        results.update(batch.step())
+    assert len(results) == 1 and len(batch.tokens) == 8  # one hole, kept
+    for _ in range(2):  # it idles while the others decode
+        results.update(batch.step())
+        assert len(batch.tokens) == 8 or len(results) > 1
+    batch.add(8, engine.tokenize(sources[8]), DecodeOptions())
+    while len(batch):
+        results.update(batch.step())
+    assert {k: v.text for k, v in results.items()} == expected

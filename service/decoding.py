@@ -7,8 +7,9 @@ Public surface, as small as CTranslate2's::
 
 Underneath, a ``DecodeBatch`` holds the rows being decoded together. Sentences join it between
 steps (their encoder runs once, its cross-attention keys/values are padded into the batch) and
-leave it the step they finish, which is what the service's scheduler builds on. ``translate``
-uses the same machinery, so offline and served decoding cannot drift apart.
+answer the step they finish, which is what the service's scheduler builds on; their rows idle
+until a newcomer takes them over (see ``_Hole``). ``translate`` uses the same machinery, so
+offline and served decoding cannot drift apart.
 
 Cache layout: the self-attention cache grows by one column per step for every row. A row that
 joined late has masked (invalid) columns before its first token, so each row's valid entries

@@ -101,6 +101,9 @@ def ours_runner(
             beam_size=beam,
             max_length=max_length,
             max_length_ratio=ratio,
+            # The plain search the other engines run, whatever the bundle recommends.
+            length_penalty=DecodeOptions().length_penalty,
+            no_repeat_ngram_size=0,
             max_batch_rows=batch * beam,
         )
         return [r.hypotheses[0].token_ids for r in results]

@@ -352,3 +352,48 @@ def test_a_hole_idles_until_a_newcomer_takes_it(engine: Engine, pairs) -> None:
     while len(batch):
         results.update(batch.step())
     assert {k: v.text for k, v in results.items()} == expected
+
+
+def _log_probs_of(engine: Engine, key, source: str, lead: int, other: str) -> list:
+    """Each step's log-probs of ``source``'s row, decoded alone (lead 0) or joining a batch
+    in which ``other`` has been decoding for ``lead`` steps."""
+    batch = engine.new_batch()
+    if lead:
+        batch.add("other", engine.tokenize(other), DecodeOptions(max_length=200))
+        for _ in range(lead):
+            batch.step()
+    batch.add(key, engine.tokenize(source), DecodeOptions())
+    seen: list = []
+    run_decoder = engine.run_decoder
+
+    def spy(feeds):
+        outputs = run_decoder(feeds)
+        row = 0
+        for sentence in batch.sentences:
+            if getattr(sentence, "key", None) == key:
+                seen.append(outputs[0][row].copy())
+            row += sentence.width
+        return outputs
+
+    engine.run_decoder = spy
+    try:
+        while any(getattr(s, "key", None) == key for s in batch.sentences) or batch.waiting:
+            batch.step()
+    finally:
+        engine.run_decoder = run_decoder
+    return seen
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_a_sentence_joining_late_decodes_bit_identically(tiny_bundle: Path, variant: str,
+                                                         pairs) -> None:
+    """However long the batch has run when a sentence joins, its numbers are its own."""
+    engine = Engine(tiny_bundle, device="cpu", threads=2, variant=variant)
+    other = " ".join(s for s, _ in pairs[:6])[:300]
+    source = max((s for s, _ in pairs), key=len)
+    alone = _log_probs_of(engine, "s", source, 0, other)
+    for lead in range(1, 10):
+        joined = _log_probs_of(engine, "s", source, lead, other)
+        assert len(joined) == len(alone)
+        for step, (a, b) in enumerate(zip(alone, joined, strict=True)):
+            assert np.array_equal(a, b), f"lead {lead}, step {step}"

@@ -87,10 +87,11 @@ class _Job:
 class _Lane:
     """The queue and running batch of one language pair."""
 
-    def __init__(self, pair: str, engine: Engine) -> None:
+    def __init__(self, pair: str, engine: Engine, exact: bool) -> None:
         self.pair = pair
         self.engine = engine
-        self.batch = engine.new_batch()
+        self.exact = exact
+        self.batch = engine.new_batch(exact=exact)
         # Waiting sentences by request, in arrival order; admission takes one sentence from
         # each request in turn (see Scheduler._admit).
         self.waiting: OrderedDict[_Request, deque[_Job]] = OrderedDict()
@@ -139,9 +140,10 @@ class Scheduler:
         max_batch_rows: int = 128,
         max_queue: int = 2048,
         batching: bool = True,
+        exact: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
-        self._lanes = {pair: _Lane(pair, engine) for pair, engine in engines.items()}
+        self._lanes = {pair: _Lane(pair, engine, exact) for pair, engine in engines.items()}
         self._max_tokens = max_batch_tokens
         self._max_rows = max_batch_rows
         self._max_queue = max_queue
@@ -390,7 +392,7 @@ class Scheduler:
             requests = {job.request for job in lane.running}
             lane.running.clear()
             lane.tokens = lane.rows = 0
-            lane.batch = lane.engine.new_batch()
+            lane.batch = lane.engine.new_batch(exact=lane.exact)
             for request in requests:
                 self._fail(lane, request, exc)
             return

@@ -397,3 +397,14 @@ def test_a_sentence_joining_late_decodes_bit_identically(tiny_bundle: Path, vari
         assert len(joined) == len(alone)
         for step, (a, b) in enumerate(zip(alone, joined, strict=True)):
             assert np.array_equal(a, b), f"lead {lead}, step {step}"
+
+
+def test_inexact_batching_lets_a_sentence_join_at_once(engine: Engine, pairs) -> None:
+    for exact, joined_at_once in ((True, False), (False, True)):
+        batch = engine.new_batch(exact=exact)
+        batch.add("a", engine.tokenize(pairs[0][0]), DecodeOptions(max_length=50))
+        for _ in range(3):  # a cache 3 columns wide: not a multiple of 8
+            batch.step()
+        batch.add("b", engine.tokenize(pairs[1][0]), DecodeOptions())
+        batch.step()
+        assert (not batch.waiting) == joined_at_once

@@ -111,7 +111,7 @@ class _Hole:
     """The rows of a sentence that left. A waiting sentence of the same width takes them over
     at the next step (its encoder output is written into them, no cache is copied). Until then
     they idle (position 0, masked); once idle rows are a quarter of the batch they are
-    compacted away (``COMPACT_IDLE_FRACTION``)."""
+    compacted away (``COMPACT_IDLE_SHARE``)."""
 
     width: int
 
@@ -191,12 +191,11 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
 JOIN_ALIGN = 8
 
 
-# Holes are compacted away once they are this fraction's inverse of the rows or more (1/4):
-# until then a newcomer of the same width takes a hole over at no cost, where compacting
-# copies every row's cache twice (out, then in again when the newcomer is appended). Serving
-# 64 clients, those copies took as long as the decoder itself; an idle row costs one row of
-# a step.
-COMPACT_IDLE_FRACTION = 4
+# Holes are compacted away once they hold this share of the rows. Until then a newcomer of the
+# same width takes a hole over at no cost, where compacting copies every row's cache twice
+# (out, then in again when the newcomer is appended): serving 64 clients, those copies took
+# as long as the decoder itself. An idle row costs one row of a step.
+COMPACT_IDLE_SHARE = 0.25
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
 
@@ -440,7 +439,7 @@ class DecodeBatch:
     def step(self) -> list[tuple[Hashable, Translation]]:
         if self.waiting and self._may_admit():
             self._admit()
-        if self._holes and self._idle_rows() * COMPACT_IDLE_FRACTION >= len(self.tokens):
+        if self._holes and self._idle_rows() >= COMPACT_IDLE_SHARE * len(self.tokens):
             self._compact()
         if not self.sentences:
             return []

@@ -197,6 +197,9 @@ JOIN_ALIGN = 8
 # as long as the decoder itself. An idle row costs one row of a step.
 COMPACT_IDLE_SHARE = 0.25
 
+SMALL_DECODER_ROWS = 8  # up to this many rows a decoder step runs on one thread
+SMALL_ENCODER_POSITIONS = 256  # up to this many source tokens (rows x width), the encoder too
+
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
 
 
@@ -263,17 +266,21 @@ class Engine:
         encoder_path, decoder_path = self.bundle.graph_paths(self.variant)
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=self.providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=self.providers)
-        # A second decoder session with one thread for steps of a single row (a greedy
-        # sentence alone: the service's one-client case). A one-row step is ~70 kernels of
-        # microseconds each, and handing each to a second thread that must be woken costs
-        # more than it saves: on the 2-core machine, int8, batch 1, the whole engine on one
-        # thread took 7.4 against 8.9 ms/sentence on two (10.1 against 17.2 beside a training
-        # job). Thread count changes no number (log-probs are bit-identical; export checks
-        # it), so batch invariance holds across the two sessions.
-        self.decoder_one_row = self.decoder
+        # Second sessions with one thread for small work: decoder steps of up to
+        # SMALL_DECODER_ROWS rows, encoder calls of up to SMALL_ENCODER_POSITIONS tokens. A
+        # small step is ~70 kernels of microseconds each, and waking a second thread for each
+        # costs more than it saves. Measured on the 2-core machine, nothing else running, int8,
+        # 64 test sentences, two runs: batch 1, 8.9-9.3 ms/sentence on one thread against
+        # 10.8-11.8 on two; batch 8, 6.8-7.1 against 7.9-8.3. At batch 32 two threads win
+        # (86.5 against 63.8 sentences/s offline). Thread count changes no number (log-probs
+        # are bit-identical; export checks it), so batch invariance holds across sessions.
+        self.encoder_small, self.decoder_small = self.encoder, self.decoder
         if options.intra_op_num_threads > 1 and self.providers[0] == "CPUExecutionProvider":
             options.intra_op_num_threads = 1
-            self.decoder_one_row = ort.InferenceSession(
+            self.encoder_small = ort.InferenceSession(
+                str(encoder_path), options, providers=self.providers
+            )
+            self.decoder_small = ort.InferenceSession(
                 str(decoder_path), options, providers=self.providers
             )
         model = self.bundle.manifest["model"]
@@ -364,10 +371,13 @@ class Engine:
 
     # -- the two graphs -------------------------------------------------------------------------
     def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
+        small = src_tokens.size <= SMALL_ENCODER_POSITIONS
+        session = self.encoder_small if small else self.encoder
+        return tuple(session.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
     def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        session = self.decoder_one_row if len(feeds["tokens"]) == 1 else self.decoder
+        small = len(feeds["tokens"]) <= SMALL_DECODER_ROWS
+        session = self.decoder_small if small else self.decoder
         return tuple(session.run(self.decoder_outputs, feeds))
 
 

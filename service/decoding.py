@@ -197,8 +197,7 @@ JOIN_ALIGN = 8
 # as long as the decoder itself. An idle row costs one row of a step.
 COMPACT_IDLE_SHARE = 0.25
 
-SMALL_DECODER_ROWS = 8  # up to this many rows a decoder step runs on one thread
-SMALL_ENCODER_POSITIONS = 256  # up to this many source tokens (rows x width), the encoder too
+SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
 
@@ -266,20 +265,19 @@ class Engine:
         encoder_path, decoder_path = self.bundle.graph_paths(self.variant)
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=self.providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=self.providers)
-        # Second sessions with one thread for small work: decoder steps of up to
-        # SMALL_DECODER_ROWS rows, encoder calls of up to SMALL_ENCODER_POSITIONS tokens. A
-        # small step is ~70 kernels of microseconds each, and waking a second thread for each
-        # costs more than it saves. Measured on the 2-core machine, nothing else running, int8,
-        # 64 test sentences, two runs: batch 1, 8.9-9.3 ms/sentence on one thread against
-        # 10.8-11.8 on two; batch 8, 6.8-7.1 against 7.9-8.3. At batch 32 two threads win
-        # (86.5 against 63.8 sentences/s offline). Thread count changes no number (log-probs
-        # are bit-identical; export checks it), so batch invariance holds across sessions.
-        self.encoder_small, self.decoder_small = self.encoder, self.decoder
-        if options.intra_op_num_threads > 1 and self.providers[0] == "CPUExecutionProvider":
+        # The int8 decoder gets a second session with one thread for steps of up to
+        # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
+        # a second thread for each costs more than it saves. Measured on the 2-core machine,
+        # nothing else running, 64 test sentences, best of 3 (ms/sentence, one-thread decoder
+        # session for small steps against none): int8 batch 1 9.6 against 11.1, batch 4 7.3
+        # against 8.2, batch 8 7.2 against 7.4. Not for fp32, whose larger weight reads split
+        # well over two cores (batch 1 23.5 against 21.9 with it), nor for the encoder (no
+        # gain). Thread count changes no number (log-probs are bit-identical; export checks
+        # it), so batch invariance holds across the two sessions.
+        self.decoder_small = self.decoder
+        small_sessions = self.variant == "int8" and self.providers[0] == "CPUExecutionProvider"
+        if small_sessions and options.intra_op_num_threads > 1:
             options.intra_op_num_threads = 1
-            self.encoder_small = ort.InferenceSession(
-                str(encoder_path), options, providers=self.providers
-            )
             self.decoder_small = ort.InferenceSession(
                 str(decoder_path), options, providers=self.providers
             )
@@ -371,9 +369,7 @@ class Engine:
 
     # -- the two graphs -------------------------------------------------------------------------
     def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        small = src_tokens.size <= SMALL_ENCODER_POSITIONS
-        session = self.encoder_small if small else self.encoder
-        return tuple(session.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
+        return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
     def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         small = len(feeds["tokens"]) <= SMALL_DECODER_ROWS

@@ -102,7 +102,7 @@ def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> 
         load_bundle(bundle_copy)
 
 
-def test_the_recommended_decoding_travels_in_the_manifest(tiny_checkpoint: Path, tmp_path: Path):
+def test_recommended_decoding_travels_and_a_model_card_survives_re_export(tiny_checkpoint: Path, tmp_path: Path):
     from service.decoding import Engine
 
     out = export.export_bundle(tiny_checkpoint, tmp_path / "b", check_parity=False,
@@ -110,6 +110,12 @@ def test_the_recommended_decoding_travels_in_the_manifest(tiny_checkpoint: Path,
     engine = Engine(out, threads=1)
     assert engine.options().no_repeat_ngram_size == 1
     assert engine.options(no_repeat_ngram_size=0).no_repeat_ngram_size == 0
+    (out / "MODEL_CARD.md").write_text("# notes a person wrote\n")
+    export.export_bundle(tiny_checkpoint, out, check_parity=False)  # re-export in place
+    assert (out / "MODEL_CARD.md").read_text() == "# notes a person wrote\n"
+    assert Engine(out, threads=1).options().no_repeat_ngram_size == 0
+    export.export_bundle(tiny_checkpoint, out, check_parity=False,
+                         decoding={"no_repeat_ngram_size": 1})
     with pytest.raises(ValueError, match="unknown key"):
         export.export_bundle(tiny_checkpoint, tmp_path / "c", check_parity=False,
                              decoding={"beam_size": 4})  # a resource policy, the server's call

@@ -431,6 +431,9 @@ def _training_summary(checkpoint: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+MODEL_CARD = "MODEL_CARD.md"
+
+
 def export_bundle(
     checkpoint: str | Path,
     out_dir: str | Path,
@@ -490,6 +493,8 @@ def export_bundle(
             "decoding": decoding,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        if (out_dir / MODEL_CARD).is_file():  # written by people, not by export: keep it
+            shutil.copy2(out_dir / MODEL_CARD, staging / MODEL_CARD)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)

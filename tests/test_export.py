@@ -102,7 +102,8 @@ def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> 
         load_bundle(bundle_copy)
 
 
-def test_recommended_decoding_travels_and_a_model_card_survives_re_export(tiny_checkpoint: Path, tmp_path: Path):
+def test_decoding_travels_and_a_model_card_survives_re_export(tiny_checkpoint: Path,
+                                                              tmp_path: Path) -> None:
     from service.decoding import Engine
 
     out = export.export_bundle(tiny_checkpoint, tmp_path / "b", check_parity=False,

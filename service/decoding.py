@@ -245,7 +245,7 @@ class Engine:
         self.max_source_tokens = self.bundle.max_positions
         self.decoding_defaults = self.bundle.decoding  # the model's measured best settings
         try:
-            DecodeOptions(**self.decoding_defaults)
+            self.options()
         except (TypeError, ValueError) as exc:
             raise BundleError(f"{self.bundle.dir}: bad 'decoding' in the manifest: {exc}") from exc
         build_tables()  # the normaliser's table, else the first non-ASCII sentence waits for it
@@ -754,18 +754,13 @@ class DecodeBatch:
         lengths = [len(ids) for ids in sources]
         order = sorted(range(len(sources)), key=lambda i: -lengths[i])
         groups = length_groups([lengths[i] for i in order])
-        if len(groups) == 1:
-            order = list(range(len(sources)))  # one call, in the given order: no scatter
+        if len(groups) == 1:  # one call, in the given order: nothing to scatter
+            return e.run_encoder(self._source_batch(sources))
         outputs = []
         for group in groups:
             members = order[group]
-            width = max(lengths[i] for i in members)
-            src = np.full((len(members), width), e.pad_id, np.int64)
-            for row, i in enumerate(members):
-                src[row, : lengths[i]] = sources[i]
+            src = self._source_batch([sources[i] for i in members])
             outputs.append((members, e.run_encoder(src)))
-        if len(groups) == 1:
-            return outputs[0][1]
         longest = max(lengths)
         keys = np.zeros((e.layers, len(sources), e.heads, longest, e.head_dim), np.float32)
         values = np.zeros_like(keys)
@@ -776,6 +771,13 @@ class DecodeBatch:
             values[:, members, :, :width] = group_values
             mask[members, :width] = group_mask
         return keys, values, mask
+
+    def _source_batch(self, sources: list[list[int]]) -> np.ndarray:
+        """``sources`` as one int64 array, padded to the longest."""
+        batch = np.full((len(sources), max(map(len, sources))), self.engine.pad_id, np.int64)
+        for row, ids in enumerate(sources):
+            batch[row, : len(ids)] = ids
+        return batch
 
     def _widen_source(self, src_len: int) -> None:
         self.cross_keys = _pad_axis(self.cross_keys, 3, src_len)

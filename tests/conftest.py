@@ -48,6 +48,7 @@ def make_train_config(tmp_path: Path, overfit_vocab: Path) -> Callable:
             f"vocab.model_prefix={overfit_vocab.with_suffix('')}",
             f"train.out_dir={tmp_path / out}",
             "train.threads=1",
+            'train.precision="fp32"',  # the same arithmetic on every CI machine
             "train.batch_tokens=4000",
             "train.log_every=10",
             "train.validate_every=100000",
@@ -87,7 +88,8 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, overfit_vocab: Pat
     config = load_config(None, [
         'model.preset="tiny"', f"model.vocab_size={OVERFIT_VOCAB_SIZE}",
         f"data.out_dir={data}", f"vocab.model_prefix={overfit_vocab.with_suffix('')}",
-        f"train.out_dir={root / 'train'}", "train.threads=1", "train.batch_tokens=4000",
+        f"train.out_dir={root / 'train'}", "train.threads=1", 'train.precision="fp32"',
+        "train.batch_tokens=4000",
         "train.warmup_steps=50", "train.label_smoothing=0.0", "train.clip_norm=0.0",
         "train.validate_every=100000", "train.checkpoint_every=100000", "train.log_every=50",
         "train.dev_bleu_sentences=8",

@@ -132,6 +132,31 @@ def test_decoding_travels_and_a_model_card_survives_re_export(tiny_checkpoint: P
         load_bundle(out)
 
 
+def test_a_bundle_gives_back_the_checkpoint_it_was_exported_from(tiny_checkpoint: Path,
+                                                                 tiny_bundle: Path,
+                                                                 tmp_path: Path) -> None:
+    """A shipped bundle can be trained further when its run is gone: ``recover`` returns the
+    exact weights, and exporting them again writes the same fp32 graphs, byte for byte."""
+    from training.recover import checkpoint_from_bundle
+
+    recovered = torch.load(checkpoint_from_bundle(tiny_bundle, tmp_path / "r.pt"),
+                           weights_only=False)
+    original = torch.load(tiny_checkpoint, weights_only=False)
+    assert recovered["model_config"] == original["model_config"]
+    assert recovered["model"].keys() == original["model"].keys()
+    for name, tensor in original["model"].items():
+        assert torch.equal(recovered["model"][name], tensor), name
+    assert recovered["step"] == original["step"]
+    assert Path(recovered["vocab"]).read_bytes() == Path(original["vocab"]).read_bytes()
+
+    again = export.export_bundle(tmp_path / "r.pt", tmp_path / "again", check_parity=False)
+    shipped = json.loads((tiny_bundle / "manifest.json").read_text())
+    manifest = json.loads((again / "manifest.json").read_text())
+    for name in ("encoder.onnx", "decoder.onnx", "sentencepiece.model"):
+        assert manifest["files"][name] == shipped["files"][name], name
+    assert manifest["training"]["sources"] == shipped["training"]["sources"]
+
+
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: bool) -> None:
     """Post-norm models get the fused decoder graph, pre-norm ones the traced one; either way

@@ -21,6 +21,7 @@ from training.train import (
     noam_factor,
     params_digest,
     periodic_checkpoints,
+    restarted_factor,
     train,
     update_best,
 )
@@ -214,6 +215,51 @@ def test_checkpoint_files_on_disk(make_train_config):
     assert [r["step"] for r in records] == [2, 4, 6]
     assert {"loss", "lr", "tokens_per_s", "elapsed", "dev_loss", "bleu", "chrf"} <= set(records[-1])
     assert result["step"] == 6 and result["bleu"] == records[-1]["bleu"]
+
+
+def test_init_from_continues_a_checkpoint_with_a_fresh_optimiser(make_train_config, tmp_path):
+    """``--init-from`` (e.g. a checkpoint recovered from a bundle): training goes on from its
+    weights and step, the rate ramps up again, and an interrupted continuation resumes
+    exactly like any other run."""
+    common = ("train.warmup_steps=4", "train.log_every=1", "train.checkpoint_every=2")
+    first = make_train_config(*common, "train.max_steps=4", out="first")
+    train(first)
+    source = Path(first.train.out_dir) / "checkpoint_last.pt"
+    start = load_checkpoint(source)["model"]
+
+    straight = make_train_config(*common, "train.max_steps=8", out="straight")
+    train(straight, init_from=source)
+    out = Path(straight.train.out_dir)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 6, 7, 8]
+    base = straight.train.lr_scale * straight.model.d_model**-0.5
+    for r in records:  # LambdaLR counts optimiser steps from 0: step s uses factor(s - 1)
+        assert r["lr"] == pytest.approx(base * restarted_factor(r["step"] - 1, 4, 4, 200))
+    assert records[0]["lr"] == pytest.approx(base * noam_factor(4, 4) / 200)
+    ended = load_checkpoint(out / "checkpoint_last.pt")
+    fresh = init_model(straight).state_dict()
+    moved = sum((ended["model"][k] - start[k]).abs().sum().item() for k in start)
+    from_scratch = sum((ended["model"][k] - fresh[k]).abs().sum().item() for k in start)
+    assert 0 < moved < from_scratch / 10
+
+    stopped = make_train_config(*common, "train.max_steps=6", out="stopped")
+    train(stopped, init_from=source)
+    stopped.train.max_steps = 8
+    train(stopped, resume=True)
+    resumed = load_checkpoint(Path(stopped.train.out_dir) / "checkpoint_last.pt")
+    for name, tensor in ended["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+
+    with pytest.raises(ValueError, match="choose one"):
+        train(stopped, resume=True, init_from=source)
+    alien = load_checkpoint(source)
+    other_vocab = tmp_path / "other.model"
+    other_vocab.write_bytes(Path(alien["vocab"]).read_bytes() + b"\0")
+    alien["vocab"] = str(other_vocab)
+    torch.save(alien, tmp_path / "alien.pt")
+    with pytest.raises(ValueError, match=r"vocabulary .* differs"):
+        train(make_train_config(*common, "train.max_steps=6", out="alien"),
+              init_from=tmp_path / "alien.pt")
 
 
 def test_max_minutes_stops_with_a_checkpoint(make_train_config):

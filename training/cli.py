@@ -4,6 +4,8 @@
     translate-train vocab    --config configs/en-de.toml
     translate-train train    --config configs/en-de.toml [--resume] [--set train.max_steps=1000]
     torchrun --nproc_per_node 4 -m training.cli train --config configs/en-de.toml
+    translate-train recover  BUNDLE OUT.pt   (a bundle's weights back as a checkpoint)
+    translate-train train    --config configs/en-de.toml --init-from OUT.pt
     translate-train average  OUT.pt CKPT.pt CKPT.pt ...   |   average OUT.pt --last 5 [--dir D]
     translate-train export   CHECKPOINT OUT_DIR [--int8 [--default-variant int8]] [--no-parity]
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
@@ -39,9 +41,15 @@ def _vocab(args: argparse.Namespace, config: Config) -> None:
 def _train(args: argparse.Namespace, config: Config) -> None:
     from training.train import train
 
-    result = train(config, resume=args.resume)
+    result = train(config, resume=args.resume, init_from=args.init_from)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result, indent=2))
+
+
+def _recover(args: argparse.Namespace, config: Config) -> None:
+    from training.recover import checkpoint_from_bundle
+
+    print(checkpoint_from_bundle(args.bundle, args.out))
 
 
 def _average(args: argparse.Namespace, config: Config) -> None:
@@ -99,7 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("train", parents=[common], help="train the model (model.*, train.*)")
     p.add_argument("--resume", action="store_true",
                    help="continue exactly from {train.out_dir}/checkpoint_last.pt")
+    p.add_argument("--init-from", metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights and step with a fresh optimiser "
+                   "(e.g. one made by 'recover'); vocab.model_prefix must hold its vocabulary")
     p.set_defaults(run=_train)
+    p = commands.add_parser("recover", parents=[common],
+                            help="rebuild a checkpoint from a bundle's fp32 graphs")
+    p.add_argument("bundle")
+    p.add_argument("out", help="the checkpoint to write")
+    p.set_defaults(run=_recover)
     p = commands.add_parser("average", parents=[common], help="average checkpoints' parameters")
     p.add_argument("out", help="the averaged checkpoint to write")
     p.add_argument("checkpoints", nargs="*", help="checkpoints to average")

@@ -127,7 +127,7 @@ class TrainConfig:
     average_last: int = 5
     early_stop_patience: int = 0  # validations without BLEU improvement; 0 = never stop early
     dev_bleu_sentences: int = 300
-    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    precision: str = "auto"  # auto (bf16 where native, on CUDA or CPU) | fp32 | bf16 | fp16
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
 
 

@@ -47,6 +47,9 @@ CHECKPOINT_LAST = "checkpoint_last.pt"
 CHECKPOINT_BEST = "checkpoint_best.pt"
 CHECKPOINT_AVG = "checkpoint_avg.pt"
 _PERIODIC = re.compile(r"checkpoint_(\d+)\.pt$")
+# Learning-rate ramp after --init-from: ~one Adam beta2 horizon (1 / (1 - 0.98) = 50 steps) four
+# times over, so the second-moment estimates settle before updates reach full size.
+REWARM_STEPS = 200
 
 # ---------------------------------------------------------------------------------------------
 # Pieces of the loop
@@ -67,6 +70,14 @@ def noam_factor(step: int, warmup: int) -> float:
     return min(step**-0.5, step * warmup**-1.5)
 
 
+def restarted_factor(step: int, warmup: int, restart: int, rewarm: int) -> float:
+    """``noam_factor`` for a run that continued at step ``restart`` from weights alone
+    (``init_from``): the same schedule, ramped up again over ``rewarm`` steps, because fresh
+    Adam moments make the first updates about lr-sized in every coordinate."""
+    ramp = min(1.0, (step - restart + 1) / rewarm) if rewarm > 0 else 1.0
+    return noam_factor(step, warmup) * ramp
+
+
 def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor,
                        smoothing: float) -> torch.Tensor:
     """Summed cross-entropy over the non-PAD target tokens (§5.4 label smoothing)."""
@@ -74,12 +85,22 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor,
                            label_smoothing=smoothing, reduction="sum")
 
 
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: there bf16 autocast is ~1.7x the fp32 step rate. Elsewhere (AVX2
+    only, e.g. the AMD EPYC CI machines) it is emulated and measured ~40x slower than fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: play safe
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype (None = plain fp32): auto is bf16 on a CUDA device that has it,
-    else fp16 on CUDA, and fp32 on CPU."""
+    else fp16 on CUDA; on a CPU, bf16 where the cores compute it natively, else fp32."""
     if precision == "auto":
         if device.type != "cuda":
-            return None
+            return torch.bfloat16 if cpu_has_native_bf16() else None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if precision not in dtypes:
@@ -140,6 +161,15 @@ def link_atomic(src: Path, dst: Path) -> None:
     except OSError:
         shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def _check_same_vocab(used: Path, configured: Path) -> None:
+    """Token ids mean nothing under another SentencePiece model: refuse to mix them."""
+    if not used.is_file():
+        raise FileNotFoundError(f"--init-from: the checkpoint's vocabulary {used} is missing")
+    if used.read_bytes() != configured.read_bytes():
+        raise ValueError(f"--init-from: the checkpoint's vocabulary {used} differs from "
+                         f"{configured}; copy it there (the bundle's sentencepiece.model)")
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -295,15 +325,18 @@ class _StopSignal:
             signal.signal(number, handler)
 
 
-def train(config: Config, resume: bool = False) -> dict[str, Any]:
+def train(config: Config, resume: bool = False, init_from: str | Path | None = None
+          ) -> dict[str, Any]:
     with _StopSignal() as stop_signal:
-        return _train(config, resume, stop_signal)
+        return _train(config, resume, init_from, stop_signal)
 
 
-def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, Any]:
-    """Train ``config`` (from scratch, or from ``{out_dir}/checkpoint_last.pt`` with
-    ``resume``) until ``max_steps``, ``max_minutes`` or early stopping; return the last
-    validation metrics with the final step, the stop reason and a digest of the parameters."""
+def _train(config: Config, resume: bool, init_from: str | Path | None,
+           stop_signal: _StopSignal) -> dict[str, Any]:
+    """Train ``config`` (from scratch, from ``{out_dir}/checkpoint_last.pt`` with ``resume``,
+    or from the weights and step of the checkpoint ``init_from``, e.g. one recovered from a
+    bundle) until ``max_steps``, ``max_minutes`` or early stopping; return the last validation
+    metrics with the final step, the stop reason and a digest of the parameters."""
     from tqdm import tqdm
 
     from training.corpus import read_tsv
@@ -353,8 +386,24 @@ def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, 
     optimizer = torch.optim.Adam(raw_model.parameters(),
                                  lr=tc.lr_scale * config.model.d_model**-0.5,
                                  betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(noam_factor, warmup=tc.warmup_steps))
+    last_path = out_dir / CHECKPOINT_LAST
+    if resume and init_from:
+        raise ValueError("--resume continues this run; --init-from starts one: choose one")
+    ckpt = None
+    if resume:
+        if not last_path.is_file():
+            raise FileNotFoundError(f"--resume: {last_path} does not exist")
+        ckpt = load_checkpoint(last_path)
+    elif init_from:
+        ckpt = load_checkpoint(init_from)
+        _check_same_vocab(Path(ckpt["vocab"]), vocab_path)
+    if ckpt is not None and ckpt["model_config"] != dataclasses.asdict(config.model):
+        raise ValueError(f"{init_from or last_path} was trained with model config "
+                         f"{ckpt['model_config']}, not {dataclasses.asdict(config.model)}")
+    restart = (ckpt or {}).get("restart_step", 0) if resume else (ckpt or {}).get("step", 0)
+    lr_factor = functools.partial(restarted_factor, warmup=tc.warmup_steps, restart=restart,
+                                  rewarm=REWARM_STEPS if restart else 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     scaler = torch.amp.GradScaler("cuda") if autocast_dtype == torch.float16 else None
 
     def autocast():
@@ -365,14 +414,17 @@ def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, 
     step, patience = 0, 0
     best: list[tuple[float, str]] = []
     metrics: dict[str, float] = {}
-    last_path = out_dir / CHECKPOINT_LAST
+    if ckpt is not None and not resume:
+        raw_model.load_state_dict(ckpt["model"])
+        step = restart
+        scheduler.last_epoch = step  # LambdaLR began at step 0: move it to ``step``
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * lr_factor(step)
+        if master:
+            logger.info("initialised from %s at step %d (fresh optimiser, %d-step ramp)",
+                        init_from, step, REWARM_STEPS)
+        del ckpt
     if resume:
-        if not last_path.is_file():
-            raise FileNotFoundError(f"--resume: {last_path} does not exist")
-        ckpt = load_checkpoint(last_path)
-        if ckpt["model_config"] != dataclasses.asdict(config.model):
-            raise ValueError(f"--resume: {last_path} was trained with model config "
-                             f"{ckpt['model_config']}, not {dataclasses.asdict(config.model)}")
         raw_model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -415,6 +467,7 @@ def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, 
             "best": best,
             "patience": patience,
             "metrics": metrics,
+            "restart_step": restart,
         }, path)
         link_atomic(path, last_path)
         for old in periodic_checkpoints(out_dir)[: -tc.keep_last or None]:
@@ -469,7 +522,7 @@ def _train(config: Config, resume: bool, stop_signal: _StopSignal) -> dict[str, 
             scaler.update()
         else:
             optimizer.step()
-        lr = scheduler.get_last_lr()[0]
+        lr = optimizer.param_groups[0]["lr"]  # the rate this step used
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1

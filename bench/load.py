@@ -164,6 +164,18 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError("server not ready in time")
 
+    def memory_mib(self) -> tuple[float, float] | None:
+        """(resident now, peak resident) of the server process, from Linux's /proc."""
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+        except OSError:
+            return None
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        try:
+            return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+        except (KeyError, ValueError):
+            return None
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -321,6 +333,10 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 server.wait_ready()
                 into += measure_server(server.url, label, levels, sentences, args.requests, headers)
+                memory = server.memory_mib()
+                if memory is not None:
+                    print(f"{label} server memory: {memory[0]:.0f} MiB resident after the "
+                          f"runs, {memory[1]:.0f} MiB peak")
             finally:
                 server.stop()
 

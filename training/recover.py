@@ -12,7 +12,6 @@ by loading it into a ``Transformer`` with ``strict=True``; ``export`` then check
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from service.bundle import MANIFEST
+from service.bundle import load_bundle
 from training.config import ModelConfig
 from training.model import Transformer
 
@@ -84,23 +83,23 @@ def _decoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
 def checkpoint_from_bundle(bundle_dir: str | Path, out_path: str | Path) -> Path:
     """Write ``out_path``: the bundle's fp32 weights as a checkpoint ``export`` and
     ``train --init-from`` read (model weights, config and step; no optimiser state)."""
-    bundle_dir, out_path = Path(bundle_dir), Path(out_path)
-    manifest = json.loads((bundle_dir / MANIFEST).read_text())
+    bundle = load_bundle(bundle_dir)  # manifest and checksums validated
+    manifest, out_path = bundle.manifest, Path(out_path)
     if manifest["model"].get("pre_norm"):
         raise ValueError("only post-norm bundles can be recovered (the fused decoder graph)")
     config = ModelConfig(**{k: v for k, v in manifest["model"].items() if k in _CONFIG_FIELDS})
-    fp32 = manifest["variants"]["fp32"]
-    params = _encoder_params(bundle_dir / fp32["encoder"])
-    params.update(_decoder_params(bundle_dir / fp32["decoder"], config))
+    encoder, decoder = bundle.graph_paths("fp32")
+    params = _encoder_params(encoder)
+    params.update(_decoder_params(decoder, config))
     model = Transformer(config)
     model.load_state_dict({k: torch.tensor(np.ascontiguousarray(v))
                            for k, v in params.items()}, strict=True)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     # The vocabulary travels with the weights (their rows are its ids), beside the checkpoint.
     vocab = out_path.with_suffix(".spm.model")
-    shutil.copyfile(bundle_dir / manifest.get("tokenizer", "sentencepiece.model"), vocab)
+    shutil.copyfile(bundle.tokenizer_path, vocab)
     training = manifest.get("training", {})
-    data = {"source_lang": manifest.get("source_lang"), "target_lang": manifest.get("target_lang"),
+    data = {"source_lang": bundle.source_lang, "target_lang": bundle.target_lang,
             "sources": training.get("sources", []), "filters": training.get("filters", {})}
     torch.save({
         "model": model.state_dict(),
@@ -111,6 +110,6 @@ def checkpoint_from_bundle(bundle_dir: str | Path, out_path: str | Path) -> Path
         "step": int(training.get("step") or 0),
         "vocab": str(vocab.resolve()),
         "metrics": training.get("dev_metrics", {}),
-        "recovered_from": str(bundle_dir.resolve()),
+        "recovered_from": str(bundle.dir.resolve()),
     }, out_path)
     return out_path

@@ -105,14 +105,16 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, overfit_vocab: Pat
         src[i, : len(row)] = torch.tensor(row)
     targets = [sp.encode(tgt) for _, tgt in pairs]
     checkpoint = root / "train" / "checkpoint_last.pt"
-    for steps in (200, 250, 300, 400):  # usually exact at 150-200; resume if not yet
+    # Exact at 150-400 on the machines seen so far (500 on one Intel Xeon with AMX: float
+    # rounding differs by CPU); resume until it is.
+    for steps in (200, 300, 400, 500, 600, 800):
         config.train.max_steps = steps
         train(config, resume=steps > 200)
         model, _ = load_checkpoint(checkpoint)
         assert isinstance(model, Transformer)
         if model.greedy_decode(src, 60, BOS_ID, EOS_ID) == targets:
             return checkpoint
-    raise AssertionError("the tiny model did not memorise the fixture in 400 steps")
+    raise AssertionError("the tiny model did not memorise the fixture in 800 steps")
 
 
 @pytest.fixture(scope="session")

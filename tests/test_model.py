@@ -121,7 +121,9 @@ def test_tiny_preset_overfits_the_fixture(make_train_config):
         batch.tgt_output[i][batch.tgt_output[i] != PAD_ID][:-1].tolist() for i in range(len(split))
     ]
     exact = 0
-    for steps in (150, 200, 250, 300, 400):  # usually exact at 150-200; resume if not yet
+    # Exact at 150-400 on the machines seen so far, later on some (float rounding differs by
+    # CPU); resume until it is.
+    for steps in (150, 200, 300, 400, 500, 600, 800):
         config.train.max_steps = steps
         train(config, resume=steps > 150)
         checkpoint = load_checkpoint(f"{config.train.out_dir}/checkpoint_last.pt")

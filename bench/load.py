@@ -4,10 +4,12 @@ For each client count (default 1, 8, 64) N clients post single sentences of mixe
 from a test file, as fast as answers come back. Reported per run: sentences/s, target tokens/s
 (from the server's own ``translate_generated_tokens_total``), p50/p95/p99 latency and errors.
 
-By default the script starts the server twice from MODEL_DIR (``BATCHING=true``, then
-``BATCHING=false``: one sentence at a time), measures the engine's offline batch-32 throughput
-in-process, and the bare engine's latency on the very texts the 1-client run posts (split
-into sentences as the server splits them), and prints the ratios. ``--url`` measures an
+By default the script starts the server twice from MODEL_DIR (``BATCHING=true`` with the
+service's default workers, then ``BATCHING=false WORKERS=1``: one sentence at a time), measures
+the engine's offline batch-32 throughput in-process (with the server's workers sharing the
+batches), and the bare engine's latency on the very
+texts the 1-client run posts (split into sentences as the server splits them), and prints the
+ratios. ``--url`` measures an
 already running server instead (add ``--url-unbatched`` for the comparison). It prints
 figures and never asserts.
 
@@ -30,7 +32,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,7 +211,10 @@ def offline_engine(model_dir: Path):
     if not directories:
         raise RuntimeError(f"no bundle in {model_dir}")
     return Engine(
-        directories[0], device=os.environ.get("DEVICE", "auto"), threads=_threads_from_env()
+        directories[0],
+        device=os.environ.get("DEVICE", "auto"),
+        threads=_int_from_env("THREADS"),
+        workers=_int_from_env("WORKERS"),
     )
 
 
@@ -221,18 +227,31 @@ def _fitting(engine, sentences: list[str]) -> list[str]:
 
 
 def measure_offline(engine, sentences: list[str], batch: int = 32) -> RunResult:
-    """The engine's throughput on static batches of ``batch`` sentences, no HTTP."""
+    """The engine's throughput on static batches of ``batch`` sentences in the file's order (as
+    a client with batches to translate would send them), no HTTP. The engine's workers take
+    the next batch as they come free, as CTranslate2's ``inter_threads`` do."""
     sentences = _fitting(engine, sentences)
-    engine.translate(sentences[:batch])  # warm-up
+    for replica in engine.replicas:
+        replica.translate(sentences[:batch])  # warm-up
+    batches = deque(sentences[i : i + batch] for i in range(0, len(sentences), batch))
+    tokens: list[int] = []
+
+    def work(replica) -> None:
+        while batches:
+            try:
+                sources = batches.popleft()
+            except IndexError:  # another worker took the last one
+                return
+            for translation in replica.translate(sources, max_batch_rows=batch):
+                tokens.append(len(translation.hypotheses[0].token_ids))
+
     result = RunResult(f"offline batch-{batch}", batch)
     started = time.perf_counter()
-    tokens = 0
-    for start in range(0, len(sentences), batch):
-        for translation in engine.translate(sentences[start : start + batch]):
-            tokens += len(translation.hypotheses[0].token_ids)
+    with ThreadPoolExecutor(len(engine.replicas)) as pool:
+        list(pool.map(work, engine.replicas))
     result.seconds = time.perf_counter() - started
     result.sentences = len(sentences)
-    result.tokens = tokens
+    result.tokens = sum(tokens)
     return result
 
 
@@ -257,9 +276,10 @@ def measure_engine_latency(engine, work: list[str]) -> RunResult:
     return result
 
 
-def _threads_from_env() -> int:
+def _int_from_env(name: str) -> int:
+    """The server's setting, so the offline engine matches it (0: the service's default)."""
     try:
-        return int(os.environ.get("THREADS", "0"))
+        return int(os.environ.get(name, "0"))
     except ValueError:
         return 0
 
@@ -328,8 +348,12 @@ def main(argv: list[str] | None = None) -> None:
                 args.url_unbatched, "unbatched", levels, sentences, args.requests, headers
             )
     else:
-        for label, flag, into in (("batched", "true", batched), ("unbatched", "false", unbatched)):
-            server = Server({"MODEL_DIR": str(args.model_dir), "BATCHING": flag})
+        runs = (
+            ("batched", {"BATCHING": "true"}, batched),
+            ("unbatched", {"BATCHING": "false", "WORKERS": "1"}, unbatched),
+        )
+        for label, env, into in runs:
+            server = Server({"MODEL_DIR": str(args.model_dir), **env})
             try:
                 server.wait_ready()
                 into += measure_server(server.url, label, levels, sentences, args.requests, headers)

@@ -39,7 +39,11 @@ WARMUP_SENTENCE = "Hello world."
 
 def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
     return Engine(
-        bundle_dir, device=settings.device, threads=settings.threads, variant=settings.variant
+        bundle_dir,
+        device=settings.device,
+        threads=settings.threads,
+        variant=settings.variant,
+        workers=settings.workers,
     )
 
 

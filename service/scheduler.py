@@ -1,19 +1,22 @@
-"""Continuous batching: one thread owns the engines; requests only wait on futures.
+"""Continuous batching: worker threads own the engines; requests only wait on futures.
 
-Sentences from all requests wait in a bounded queue (one lane per language pair), requests
-taking turns to place a sentence in the batch. The scheduler thread loops: take cancellations,
-admit waiting sentences while the running batch has token and row budget left (the engine
-encodes them before its next step), run one decoder step for every lane with rows, and hand
-each finished sentence to its request at once. A request's future resolves, via
+Sentences from all requests wait in a bounded queue (one per language pair), requests taking
+turns to place a sentence in a batch. There is one worker thread per engine replica (see
+``Engine.workers``); each has its own running batch per pair (a lane) and loops: take
+cancellations, admit waiting sentences while its batch has token and row budget left (the
+engine encodes them before its next step), run one decoder step for every lane with rows, and
+hand each finished sentence to its request at once. A request's future resolves, via
 ``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever else is running.
+Workers share the queue and balance it: a worker leaves the next sentence to another worker
+whose batch has fewer rows and room for it.
 
 The token budget reserves a sentence's worst case up front, ``beam * (source + max target)``,
 so a batch admitted under the budget can never outgrow it while it decodes: nothing has to be
 preempted, and the batch's memory stays bounded. A sentence is always admitted into an empty
 batch, so an oversize one runs alone rather than never.
 
-Engines are not thread-safe; only this thread touches batches. The lock guards the queue and
-the cancellation list, and is never held while an engine runs.
+Engines are not thread-safe; only its own worker touches a replica and its batches. The lock
+guards the queue and the cancellation lists, and is never held while an engine runs.
 """
 
 from __future__ import annotations
@@ -85,16 +88,13 @@ class _Job:
 
 
 class _Lane:
-    """The queue and running batch of one language pair."""
+    """One worker's running batch of one language pair."""
 
     def __init__(self, pair: str, engine: Engine, exact: bool) -> None:
         self.pair = pair
         self.engine = engine
         self.exact = exact
         self.batch = engine.new_batch(exact=exact)
-        # Waiting sentences by request, in arrival order; admission takes one sentence from
-        # each request in turn (see Scheduler._admit).
-        self.waiting: OrderedDict[_Request, deque[_Job]] = OrderedDict()
         self.running: set[_Job] = set()
         self.tokens = 0
         self.rows = 0
@@ -106,6 +106,20 @@ class _Lane:
             self.rows -= job.rows
 
 
+class _Worker:
+    """A thread with one engine replica per pair, and its lanes."""
+
+    def __init__(self, index: int, engines: Mapping[str, Engine], exact: bool) -> None:
+        self.name = f"scheduler-{index}"
+        self.lanes = {pair: _Lane(pair, engine, exact) for pair, engine in engines.items()}
+        self.cancelled: list[_Request] = []  # requests whose rows this worker must drop
+        self.thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> int:
+        return sum(len(lane.running) for lane in self.lanes.values())
+
+
 class _Throughput:
     """Finished sentences per second, smoothed; only used to suggest Retry-After."""
 
@@ -113,15 +127,17 @@ class _Throughput:
         self.rate = 0.0
         self._count = 0
         self._since = time.monotonic()
+        self._lock = threading.Lock()  # workers add concurrently
 
     def add(self, finished: int) -> None:
-        self._count += finished
-        now = time.monotonic()
-        elapsed = now - self._since
-        if elapsed >= 1.0:
-            current = self._count / elapsed
-            self.rate = current if self.rate == 0 else 0.7 * self.rate + 0.3 * current
-            self._count, self._since = 0, now
+        with self._lock:
+            self._count += finished
+            now = time.monotonic()
+            elapsed = now - self._since
+            if elapsed >= 1.0:
+                current = self._count / elapsed
+                self.rate = current if self.rate == 0 else 0.7 * self.rate + 0.3 * current
+                self._count, self._since = 0, now
 
 
 def reserved_tokens(source_length: int, options: DecodeOptions) -> int:
@@ -143,26 +159,46 @@ class Scheduler:
         exact: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
-        self._lanes = {pair: _Lane(pair, engine, exact) for pair, engine in engines.items()}
+        # One worker per replica (Engine.replicas); an engine without replicas is one.
+        replicas = {pair: getattr(engine, "replicas", [engine]) for pair, engine in engines.items()}
+        counts = {len(r) for r in replicas.values()}
+        if len(counts) > 1:
+            raise ValueError(f"every engine needs the same number of replicas, got {counts}")
+        count = counts.pop() if counts else 1
+        self._workers = [
+            _Worker(i, {pair: r[i] for pair, r in replicas.items()}, exact) for i in range(count)
+        ]
+        # Waiting sentences by request, in arrival order, per pair; admission takes one
+        # sentence from each request in turn (see _admit).
+        self._queues: dict[str, OrderedDict[_Request, deque[_Job]]] = {
+            pair: OrderedDict() for pair in engines
+        }
         self._max_tokens = max_batch_tokens
         self._max_rows = max_batch_rows
         self._max_queue = max_queue
         self._batching = batching
         self._metrics = metrics
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # workers wait here for sentences
+        self._idle_cond = threading.Condition(self._lock)  # drain() waits here
         self._waiting = 0
-        self._cancelled: list[_Request] = []
         self._accepting = True
         self._stopping = False
         self._failed = False
         self._throughput = _Throughput()
-        self._thread: threading.Thread | None = None
 
     # -- event-loop side -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
-        self._thread.start()
+        for worker in self._workers:
+            worker.thread = threading.Thread(
+                target=self._run, args=(worker,), name=worker.name, daemon=True
+            )
+            worker.thread.start()
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers)
 
     @property
     def queue_depth(self) -> int:
@@ -171,11 +207,11 @@ class Scheduler:
     @property
     def in_flight(self) -> int:
         """Sentences in running batches."""
-        return sum(len(lane.running) for lane in self._lanes.values())
+        return sum(worker.running for worker in self._workers)
 
     @property
     def failed(self) -> bool:
-        """The thread died of an internal error; only a restart helps."""
+        """A worker thread died of an internal error; only a restart helps."""
         return self._failed
 
     @property
@@ -218,9 +254,9 @@ class Scheduler:
                 self._cancel(request)
 
     def _submit(self, request: _Request) -> None:
-        lane = self._lanes[request.pair]
+        queue = self._queues[request.pair]
         now = time.monotonic()
-        with self._cond:
+        with self._lock:
             if self._failed:
                 raise SchedulerFailed()
             if not self._accepting:
@@ -233,9 +269,9 @@ class Scheduler:
             for index, source in enumerate(request.sources):
                 job = _Job(request, index, reserved_tokens(len(source), request.options), beam, now)
                 request.jobs.append(job)
-            lane.waiting[request] = deque(request.jobs)
+            queue[request] = deque(request.jobs)
             self._waiting += count
-            self._cond.notify_all()
+            self._work.notify_all()
         self._set_queue_gauge()
 
     def _retry_after(self) -> int:
@@ -245,17 +281,18 @@ class Scheduler:
         return max(1, min(60, math.ceil(self._waiting / rate)))
 
     def _cancel(self, request: _Request) -> None:
-        with self._cond:
+        with self._lock:
             if request.cancelled:
                 return
             request.cancelled = True
-            self._waiting -= len(self._lanes[request.pair].waiting.pop(request, ()))
-            self._cancelled.append(request)  # the thread drops its running rows
-            self._cond.notify_all()
+            self._waiting -= len(self._queues[request.pair].pop(request, ()))
+            for worker in self._workers:  # whichever runs its rows drops them
+                worker.cancelled.append(request)
+            self._work.notify_all()
         self._set_queue_gauge()
 
     def stop_accepting(self) -> None:
-        with self._cond:
+        with self._lock:
             self._accepting = False
 
     async def drain(self, grace_s: float) -> bool:
@@ -270,85 +307,107 @@ class Scheduler:
         return drained
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._failed or self._idle(), timeout)
+        with self._lock:
+            return self._idle_cond.wait_for(lambda: self._failed or self._idle(), timeout)
 
     def stop(self, timeout: float | None = None) -> None:
-        with self._cond:
+        with self._lock:
             self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+            self._work.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for worker in self._workers:
+            if worker.thread is not None:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                worker.thread.join(left)
 
     # -- scheduler thread ------------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return not self._waiting and not self._cancelled and not self.in_flight
+        cancelling = any(worker.cancelled for worker in self._workers)
+        return not self._waiting and not cancelling and not self.in_flight
 
-    def _run(self) -> None:
+    def _run(self, worker: _Worker) -> None:
         error: BaseException | None = None
         try:
             while True:
-                with self._cond:
-                    while not self._stopping and self._idle():
-                        self._cond.notify_all()  # wake drain() waiters
-                        self._cond.wait()
+                with self._lock:
+                    while not (
+                        self._stopping or self._waiting or worker.cancelled or worker.running
+                    ):
+                        if self._idle():
+                            self._idle_cond.notify_all()  # wake drain() waiters
+                        self._work.wait()
                     if self._stopping:
                         break
-                    cancelled, self._cancelled = self._cancelled, []
-                    admitted = {lane: self._admit(lane) for lane in self._lanes.values()}
+                    cancelled, worker.cancelled = worker.cancelled, []
+                    admitted = {lane: self._admit(worker, lane) for lane in worker.lanes.values()}
                 self._set_queue_gauge()
-                for lane in self._lanes.values():
+                for lane in worker.lanes.values():
                     self._drop(lane, cancelled)
                     self._encode(lane, admitted[lane])
                     self._step(lane)
                     if self._metrics is not None:
-                        self._metrics.running_sentences.labels(lane.pair).set(len(lane.running))
+                        running = sum(len(w.lanes[lane.pair].running) for w in self._workers)
+                        self._metrics.running_sentences.labels(lane.pair).set(running)
         except BaseException as exc:  # a bug here must not leave requests hanging
-            log.exception("scheduler thread failed")
+            log.exception("%s failed", worker.name)
             error = exc
         finally:
-            with self._cond:
-                self._failed = error is not None
+            with self._lock:
+                if error is not None:
+                    self._failed = True
                 self._stopping = True
-                leftovers = {request for lane in self._lanes.values() for request in lane.waiting}
-                leftovers |= {job.request for lane in self._lanes.values() for job in lane.running}
-                for lane in self._lanes.values():
-                    lane.waiting.clear()
+                failed = self._failed
+                leftovers = {job.request for lane in worker.lanes.values() for job in lane.running}
+                for queue in self._queues.values():
+                    leftovers |= set(queue)
+                    queue.clear()
                 self._waiting = 0
-                self._cond.notify_all()
+                self._work.notify_all()
+                self._idle_cond.notify_all()
             for request in leftovers:
-                self._settle(request, exception=SchedulerFailed() if error else ShuttingDown())
+                self._settle(request, exception=SchedulerFailed() if failed else ShuttingDown())
 
-    def _admit(self, lane: _Lane) -> list[_Job]:
-        """Move waiting jobs into the running set while the budget allows (lock held).
+    def _admit(self, worker: _Worker, lane: _Lane) -> list[_Job]:
+        """Move waiting jobs into ``lane``'s running set while the budget allows (lock held).
 
         Requests take turns, one sentence each, in arrival order: a one-sentence request that
         arrives behind a thousand-sentence one joins at the next free slot instead of after
         all thousand. When the next sentence in turn does not fit, admission stops rather than
-        skipping it, so a large sentence cannot be starved by a stream of small ones.
+        skipping it, so a large sentence cannot be starved by a stream of small ones. A
+        sentence is left for another worker whose batch of the pair has fewer rows and room
+        for it (it takes it at its next step), so work spreads over the replicas.
         """
+        queue = self._queues[lane.pair]
+        others = [w.lanes[lane.pair] for w in self._workers if w is not worker]
         admitted: list[_Job] = []
-        while lane.waiting:
-            request, jobs = next(iter(lane.waiting.items()))
+        while queue:
+            request, jobs = next(iter(queue.items()))
             job = jobs[0]
-            if lane.running:
-                if not self._batching:
-                    break
-                over_tokens = lane.tokens + job.cost > self._max_tokens
-                if over_tokens or lane.rows + job.rows > self._max_rows:
-                    break
+            if not self._fits(lane, job):
+                break
+            if any(o.rows < lane.rows and self._fits(o, job) for o in others):
+                break
             jobs.popleft()
             if jobs:
-                lane.waiting.move_to_end(request)
+                queue.move_to_end(request)
             else:
-                del lane.waiting[request]
+                del queue[request]
             self._waiting -= 1
             lane.running.add(job)
             lane.tokens += job.cost
             lane.rows += job.rows
             admitted.append(job)
         return admitted
+
+    def _fits(self, lane: _Lane, job: _Job) -> bool:
+        # An empty batch takes any sentence, so an oversize one runs alone rather than never.
+        if not lane.running:
+            return True
+        if not self._batching:
+            return False
+        over_tokens = lane.tokens + job.cost > self._max_tokens
+        return not over_tokens and lane.rows + job.rows <= self._max_rows
 
     def _drop(self, lane: _Lane, cancelled: list[_Request]) -> None:
         for request in cancelled:
@@ -414,10 +473,13 @@ class Scheduler:
         self._throughput.add(len(finished))
 
     def _fail(self, lane: _Lane, request: _Request, exc: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             if not request.cancelled:
                 request.cancelled = True
-                self._waiting -= len(lane.waiting.pop(request, ()))
+                self._waiting -= len(self._queues[request.pair].pop(request, ()))
+                for worker in self._workers:  # other workers may run some of its sentences
+                    worker.cancelled.append(request)
+                self._work.notify_all()
         self._drop(lane, [request])
         self._settle(request, exception=exc)
 

@@ -99,6 +99,23 @@ def test_batch_invariance_greedy_and_beam(tiny_bundle: Path, variant: str, pairs
             ]
 
 
+def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pairs) -> None:
+    two = Engine(tiny_bundle, device="cpu", threads=2, workers=2)
+    assert len(two.replicas) == 2 and two.threads == 1
+    assert two.replicas[1].decoder is not two.decoder  # sessions are not shared between threads
+    sources = [s for s, _ in pairs[:20]]
+    for options in (dict(beam_size=1), dict(beam_size=3, num_hypotheses=2)):
+        want = engine.translate(sources, **options)
+        got = two.translate(sources, max_batch_rows=6, **options)  # several batches to share
+        for a, b in zip(got, want, strict=True):
+            assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+    # workers=0 picks them: two one-thread replicas on a 2-thread CPU budget, one on a single.
+    auto = Engine(tiny_bundle, device="cpu", threads=2, workers=0)
+    assert [replica.threads for replica in auto.replicas] == [1, 1]
+    assert len(Engine(tiny_bundle, device="cpu", threads=1, workers=0).replicas) == 1
+
+
 def test_beam_one_is_greedy_and_beam_finds_at_least_greedy_score(engine, pairs) -> None:
     sources = [s for s, _ in pairs[:10]] + ["Green ideas sleep furiously in the garden."]
     greedy = engine.translate(sources)

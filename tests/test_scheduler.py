@@ -122,6 +122,17 @@ class FakeBatch:
         return done
 
 
+def with_replicas(engine: FakeEngine, count: int) -> FakeEngine:
+    """``engine`` with ``count`` replicas (itself first) that share its vocabulary, like
+    ``Engine(workers=count)``: the scheduler then runs one worker per replica."""
+    engine.replicas = [engine]  # type: ignore[attr-defined]
+    for _ in range(count - 1):
+        twin = FakeEngine(step_s=engine.step_s, max_source_tokens=engine.max_source_tokens)
+        twin.vocab, twin.words = engine.vocab, engine.words
+        engine.replicas.append(twin)  # type: ignore[attr-defined]
+    return engine
+
+
 def make_scheduler(engine: FakeEngine | Engine, **kwargs) -> Scheduler:
     scheduler = Scheduler({"en-de": engine}, metrics=Metrics(), **kwargs)
     scheduler.start()
@@ -151,8 +162,9 @@ def test_translates_and_returns_in_order() -> None:
     scheduler.stop()
 
 
-def test_short_request_overtakes_a_running_long_one() -> None:
-    engine = FakeEngine(step_s=0.003)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_short_request_overtakes_a_running_long_one(workers: int) -> None:
+    engine = with_replicas(FakeEngine(step_s=0.003), workers)
     scheduler = make_scheduler(engine)
     finished: list[str] = []
 
@@ -167,7 +179,33 @@ def test_short_request_overtakes_a_running_long_one() -> None:
 
     asyncio.run(main())
     assert finished == ["short", "long"]
-    assert engine.max_sentences_seen == 2  # they shared the batch
+    seen = [replica.max_sentences_seen for replica in engine.replicas]
+    # One worker: they shared the batch. Two: the busy worker left the newcomer to the idle
+    # one, and each ran alone.
+    assert seen == ([2] if workers == 1 else [1, 1])
+    scheduler.stop()
+
+
+def test_workers_share_the_queue_and_answer_every_request() -> None:
+    engine = with_replicas(FakeEngine(step_s=0.002), 2)
+    scheduler = make_scheduler(engine, max_batch_rows=8)
+    assert scheduler.workers == 2
+    texts = [words(1 + (7 * i) % 23, stem=f"r{i}x") for i in range(40)]
+
+    async def one(i: int) -> Translation:
+        await asyncio.sleep(0.001 * (i % 5))
+        return (await scheduler.translate("en-de", [engine.tokenize(texts[i])], DecodeOptions()))[0]
+
+    async def main() -> list[Translation]:
+        return await asyncio.gather(*(one(i) for i in range(len(texts))))
+
+    results = asyncio.run(main())
+    assert [r.hypotheses[0].text for r in results] == [t.upper() for t in texts]
+    # Both replicas decoded, each within its own row budget.
+    for replica in engine.replicas:
+        assert replica.steps > 0
+        assert replica.max_rows_seen <= 8
+    assert scheduler.wait_idle(5) and scheduler.in_flight == 0 and scheduler.queue_depth == 0
     scheduler.stop()
 
 
@@ -352,7 +390,8 @@ def test_a_dead_scheduler_thread_fails_everything_loudly() -> None:
 
     async def main() -> tuple[object, object]:
         loop = asyncio.get_running_loop()
-        scheduler._lanes["en-de"].batch.remove = broken_remove  # type: ignore[method-assign]
+        lane = scheduler._workers[0].lanes["en-de"]
+        lane.batch.remove = broken_remove  # type: ignore[method-assign]
         expiring = scheduler.translate(
             "en-de", [engine.tokenize(words(40))], DecodeOptions(), loop.time() + 0.03
         )
@@ -498,11 +537,16 @@ def fixture_sentences() -> list[str]:
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_concurrent_requests_match_offline_translation(engine: Engine, beam_size: int) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_concurrent_requests_match_offline_translation(
+    engine: Engine, tiny_bundle: Path, beam_size: int, workers: int
+) -> None:
     sentences = fixture_sentences()[:24]
     options = DecodeOptions(beam_size=beam_size, num_hypotheses=min(2, beam_size))
     expected = engine.translate(sentences, beam_size=beam_size, num_hypotheses=min(2, beam_size))
-    scheduler = make_scheduler(engine, max_batch_tokens=600)
+    served = engine if workers == 1 else Engine(tiny_bundle, device="cpu", threads=2, workers=2)
+    scheduler = make_scheduler(served, max_batch_tokens=600)
+    assert scheduler.workers == workers
 
     async def one(i: int) -> Translation:
         await asyncio.sleep(0.002 * (i % 7))  # staggered: sentences join a running batch

@@ -7,7 +7,8 @@ Engines, all on the same weights and the first ``--sentences`` source sentences 
 
 * ours fp32 / ours int8: ``service.decoding.Engine`` on the bundle's variants (int8 skipped
   when the bundle has none); ``max_batch_rows`` = batch x beam, so "batch" means sentences;
-  the faster of ``--threads`` and 1 intra-op threads for each configuration.
+  the best workers x threads layout for each configuration, from the same layouts as CT2's
+  (``Engine(workers=...)`` replicas sharing the batches, as ``inter_threads`` do).
 * torch kv-cache: ``encode_cross`` once, then ``decode_step`` with the self cache, reordered
   by index_select for beams; ``--torch-threads`` (default ``--threads``).
 * torch no-cache: the encoder once, then the whole target prefix through the decoder at every
@@ -92,8 +93,13 @@ def ours_runner(
     max_length: int,
     engine: Engine | None = None,
     ratio: float = DecodeOptions().max_length_ratio,
+    workers: int = 1,
 ) -> Runner:
-    engine = engine or Engine(bundle, device="cpu", threads=threads, variant=variant)
+    """``workers`` replicas of ``threads`` threads each share the batches, like CTranslate2's
+    ``inter_threads`` x ``intra_threads``."""
+    engine = engine or Engine(
+        bundle, device="cpu", threads=threads * workers, variant=variant, workers=workers
+    )
 
     def run(batch: int, beam: int) -> Outputs:
         results = engine.translate(
@@ -109,7 +115,7 @@ def ours_runner(
         return [r.hypotheses[0].token_ids for r in results]
 
     family = f"ours {variant}"
-    return Runner(f"{family} intra {threads}", family, run, f"intra {threads}")
+    return Runner(f"{family} {workers}x{threads}", family, run, f"{workers}x{threads}")
 
 
 def _batches(sources: list[list[int]], batch: int):
@@ -272,12 +278,17 @@ def torch_runner(model, sources: list[list[int]], limits: list[int], cached: boo
     return Runner(name, name, run)
 
 
+def thread_layouts(threads: int) -> list[tuple[int, int]]:
+    """(inter, intra) thread layouts tried for every engine: one replica with all the
+    threads, one thread per replica, and two replicas sharing them."""
+    return sorted({(1, threads), (threads, 1), (2, max(threads // 2, 1))})
+
+
 def ct2_runners(
     model_dir: Path, compute_type: str, tokens: list[list[str]], sp, threads: int, max_length: int
 ) -> list[Runner]:
-    layouts = sorted({(1, threads), (threads, 1), (2, max(threads // 2, 1))})
     runners = []
-    for inter, intra in layouts:
+    for inter, intra in thread_layouts(threads):
         translator = ctranslate2.Translator(
             str(model_dir),
             device="cpu",
@@ -415,12 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     # -- engines --------------------------------------------------------------------------
     runners: list[Runner] = []
     variants = load_bundle(args.bundle).manifest["variants"]
-    # Like CTranslate2's layouts: all the threads in one session, or one thread (which holds
-    # up far better when other processes share the cores). The faster one counts.
+    # The same workers x threads layouts as CTranslate2's (see ct2_runners); the fastest counts.
     for variant in ("fp32", "int8"):
         if variant in variants and f"ours {variant}" not in skip:
-            for threads in sorted({args.threads, 1}, reverse=True):
-                reuse = engine if (variant, threads) == ("fp32", args.threads) else None
+            for workers, threads in thread_layouts(args.threads):
+                reuse = engine if (variant, workers, threads) == ("fp32", 1, args.threads) else None
                 runners.append(
                     ours_runner(
                         Path(args.bundle),
@@ -430,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.max_length,
                         reuse,
                         ratio,
+                        workers,
                     )
                 )
     for cached in (True, False):

@@ -320,7 +320,7 @@ class Scheduler:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 worker.thread.join(left)
 
-    # -- scheduler thread ------------------------------------------------------------------
+    # -- worker threads --------------------------------------------------------------------
 
     def _idle(self) -> bool:
         cancelling = any(worker.cancelled for worker in self._workers)

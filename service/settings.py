@@ -66,10 +66,13 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(
         8192,
         ge=1,
-        description="Budget of source + target tokens (times beam) reserved by the running batch.",
+        description="Budget of source + target tokens (times beam) reserved by each worker's "
+        "running batch.",
     )
     max_batch_rows: int = Field(
-        128, ge=1, description="Most decoder rows in the running batch (beam_size per sentence)."
+        128,
+        ge=1,
+        description="Most decoder rows in each worker's running batch (beam_size per sentence).",
     )
     max_queue: int = Field(
         2048, ge=1, description="Most sentences waiting to join the batch before 429 responses."

@@ -26,6 +26,7 @@ def evaluate_bundle(
     limit: int | None = None,
     variant: str | None = None,
     threads: int = 0,
+    workers: int = 0,
     max_batch_rows: int = 64,
     hypotheses_out: str | Path | None = None,
     by_source: DataConfig | None = None,
@@ -36,7 +37,13 @@ def evaluate_bundle(
     share of the pairs, to see which domains the model handles. Decoding options left None
     are the bundle's recommendation, as in the service."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
-    engine = Engine(bundle, device="cpu" if threads else "auto", threads=threads, variant=variant)
+    engine = Engine(
+        bundle,
+        device="cpu" if threads else "auto",
+        threads=threads,
+        variant=variant,
+        workers=workers,  # 0: the service's default, so evaluation runs as fast as serving
+    )
     usable = [(s, t) for s, t in pairs if len(engine.tokenize(s)) <= engine.max_source_tokens]
     sources = [s for s, _ in usable]
     references = [t for _, t in usable]

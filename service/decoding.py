@@ -281,12 +281,16 @@ class Engine:
         self.decoder_outputs = decoder_outputs(self.layers)
         threads = threads or available_cpus()
         workers = workers or auto_workers(self.device, threads)
-        self.threads = max(1, threads // workers)  # onnxruntime intra-op threads per replica
+        # onnxruntime intra-op threads per replica: all of ``threads``, split as evenly as
+        # they go (3 over 2 replicas: 2 and 1), at least one each.
+        shares = [max(1, threads // workers + (i < threads % workers)) for i in range(workers)]
+        self.threads = shares[0]
         self._open_sessions()
         # Each replica is a shallow copy with sessions of its own; everything else is shared.
         self.replicas: list[Engine] = [self]
-        for _ in range(workers - 1):
+        for share in shares[1:]:
             replica = copy.copy(self)
+            replica.threads = share
             replica._open_sessions()
             replica.replicas = [replica]  # its own translate() must not use the others' sessions
             self.replicas.append(replica)

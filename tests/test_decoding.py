@@ -114,6 +114,9 @@ def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pai
     auto = Engine(tiny_bundle, device="cpu", threads=2, workers=0)
     assert [replica.threads for replica in auto.replicas] == [1, 1]
     assert len(Engine(tiny_bundle, device="cpu", threads=1, workers=0).replicas) == 1
+    # Every thread asked for is used, none twice.
+    uneven = Engine(tiny_bundle, device="cpu", threads=3, workers=2)
+    assert [replica.threads for replica in uneven.replicas] == [2, 1]
 
 
 def test_beam_one_is_greedy_and_beam_finds_at_least_greedy_score(engine, pairs) -> None:

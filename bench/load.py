@@ -7,11 +7,10 @@ from a test file, as fast as answers come back. Reported per run: sentences/s, t
 By default the script starts the server twice from MODEL_DIR (``BATCHING=true`` with the
 service's default workers, then ``BATCHING=false WORKERS=1``: one sentence at a time), measures
 the engine's offline batch-32 throughput in-process (with the server's workers sharing the
-batches), and the bare engine's latency on the very
-texts the 1-client run posts (split into sentences as the server splits them), and prints the
-ratios. ``--url`` measures an
-already running server instead (add ``--url-unbatched`` for the comparison). It prints
-figures and never asserts.
+batches), and the bare engine's latency on the very texts the 1-client run posts (split into
+sentences as the server splits them), and prints the ratios. ``--url`` measures an already
+running server instead (add ``--url-unbatched`` for the comparison). It prints figures and
+never asserts.
 
     python bench/load.py                                # models/, test set or fixture
     python bench/load.py --model-dir models/en-de --clients 1,8,64 --requests 512
@@ -32,8 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,25 +231,15 @@ def measure_offline(engine, sentences: list[str], batch: int = 32) -> RunResult:
     sentences = _fitting(engine, sentences)
     for replica in engine.replicas:
         replica.translate(sentences[:batch])  # warm-up
-    batches = deque(sentences[i : i + batch] for i in range(0, len(sentences), batch))
-    tokens: list[int] = []
-
-    def work(replica) -> None:
-        while batches:
-            try:
-                sources = batches.popleft()
-            except IndexError:  # another worker took the last one
-                return
-            for translation in replica.translate(sources, max_batch_rows=batch):
-                tokens.append(len(translation.hypotheses[0].token_ids))
-
+    batches = [sentences[i : i + batch] for i in range(0, len(sentences), batch)]
     result = RunResult(f"offline batch-{batch}", batch)
     started = time.perf_counter()
-    with ThreadPoolExecutor(len(engine.replicas)) as pool:
-        list(pool.map(work, engine.replicas))
+    done = engine.on_replicas(
+        batches, lambda replica, sources: replica.translate(sources, max_batch_rows=batch)
+    )
     result.seconds = time.perf_counter() - started
     result.sentences = len(sentences)
-    result.tokens = sum(tokens)
+    result.tokens = sum(len(t.hypotheses[0].token_ids) for part in done for t in part)
     return result
 
 

@@ -21,13 +21,15 @@ numbers bit-identical to its own, alone.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -37,6 +39,8 @@ from service.bundle import Bundle, BundleError, decoder_feeds, decoder_outputs, 
 from service.normalize import build_tables, clean_text
 
 NEG_INF = -1e30
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class SourceTooLong(ValueError):
@@ -394,24 +398,30 @@ class Engine:
         per_batch = max(max_batch_rows // decode_options.beam_size, 1)
         batches = [order[i : i + per_batch] for i in range(0, len(order), per_batch)]
         results: dict[int, Translation] = {}
-        if len(self.replicas) == 1 or len(batches) == 1:
-            for indices in batches:
-                results.update(self._decode(indices, sources, decode_options))
-        else:
-            # Each replica takes the next batch as it comes free; onnxruntime releases the GIL.
-            queue = deque(batches)
-
-            def work(replica: Engine) -> None:
-                while queue:
-                    try:
-                        indices = queue.popleft()
-                    except IndexError:  # another replica took the last one
-                        return
-                    results.update(replica._decode(indices, sources, decode_options))
-
-            with ThreadPoolExecutor(len(self.replicas)) as pool:
-                list(pool.map(work, self.replicas))  # re-raises a replica's error
+        decode = functools.partial(Engine._decode, sources=sources, options=decode_options)
+        for done in self.on_replicas(batches, decode):
+            results.update(done)
         return [results[i] for i in range(len(sources))]
+
+    def on_replicas(self, items: Sequence[T], work: Callable[[Engine, T], R]) -> list[R]:
+        """``work(replica, item)`` for every item, each replica taking the next item as it
+        comes free (onnxruntime releases the GIL); the results in the items' order."""
+        if len(self.replicas) == 1 or len(items) <= 1:
+            return [work(self, item) for item in items]
+        queue = deque(enumerate(items))
+        results: list[Any] = [None] * len(items)
+
+        def run(replica: Engine) -> None:
+            while True:
+                try:
+                    index, item = queue.popleft()
+                except IndexError:  # the last item is taken
+                    return
+                results[index] = work(replica, item)
+
+        with ThreadPoolExecutor(len(self.replicas)) as pool:
+            list(pool.map(run, self.replicas))  # re-raises a replica's error
+        return results
 
     def _decode(
         self, indices: list[int], sources: list[list[int]], options: DecodeOptions

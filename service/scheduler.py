@@ -2,7 +2,7 @@
 
 Sentences from all requests wait in a bounded queue (one per language pair), requests taking
 turns to place a sentence in a batch. There is one worker thread per engine replica (see
-``Engine.workers``); each has its own running batch per pair (a lane) and loops: take
+``Engine.replicas``); each has its own running batch per pair (a lane) and loops: take
 cancellations, admit waiting sentences while its batch has token and row budget left (the
 engine encodes them before its next step), run one decoder step for every lane with rows, and
 hand each finished sentence to its request at once. A request's future resolves, via
@@ -473,13 +473,7 @@ class Scheduler:
         self._throughput.add(len(finished))
 
     def _fail(self, lane: _Lane, request: _Request, exc: BaseException) -> None:
-        with self._lock:
-            if not request.cancelled:
-                request.cancelled = True
-                self._waiting -= len(self._queues[request.pair].pop(request, ()))
-                for worker in self._workers:  # other workers may run some of its sentences
-                    worker.cancelled.append(request)
-                self._work.notify_all()
+        self._cancel(request)  # other workers may run some of its sentences
         self._drop(lane, [request])
         self._settle(request, exception=exc)
 

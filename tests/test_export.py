@@ -160,7 +160,8 @@ def test_a_bundle_gives_back_the_checkpoint_it_was_exported_from(tiny_checkpoint
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: bool) -> None:
     """Post-norm models get the fused decoder graph, pre-norm ones the traced one; either way
-    exporting must leave the model in eval mode (dropout off) for the parity check."""
+    exporting must leave the model in eval mode (dropout off) for the parity check. The
+    LayerNorms get random weights, so a norm applied in the wrong place shows."""
     from training.config import ModelConfig
     from training.model import Transformer
 
@@ -170,6 +171,11 @@ def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: 
         vocab_size=50, max_positions=32, pre_norm=pre_norm,
     )
     model = Transformer(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.5)
+                module.bias.normal_(0.0, 0.5)
     export.export_graphs(model, tmp_path)
     assert not model.training
     assert verify_parity(model, tmp_path, steps=4) < 1e-4

@@ -124,11 +124,15 @@ class _Hole:
 
 
 def _pad_axis(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """``array`` zero-padded at the end of ``axis`` to ``size``. Three of these run for every
+    sentence that joins a batch; np.pad's generality made each 21 us instead of 3."""
     if array.shape[axis] >= size:
         return array
-    pad = [(0, 0)] * array.ndim
-    pad[axis] = (0, size - array.shape[axis])
-    return np.pad(array, pad)
+    shape = list(array.shape)
+    shape[axis] = size
+    padded = np.zeros(shape, array.dtype)
+    padded[tuple(slice(0, n) for n in array.shape)] = array
+    return padded
 
 
 def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:

@@ -323,10 +323,11 @@ class Engine:
         # a second thread for each costs more than it saves. Measured on the 2-core machine,
         # nothing else running, 64 test sentences, best of 3 (ms/sentence, one-thread decoder
         # session for small steps against none): int8 batch 1 9.6 against 11.1, batch 4 7.3
-        # against 8.2, batch 8 7.2 against 7.4. Not for fp32, whose larger weight reads split
-        # well over two cores (batch 1 23.5 against 21.9 with it), nor for the encoder (no
-        # gain). Thread count changes no number (log-probs are bit-identical; export checks
-        # it), so batch invariance holds across the two sessions.
+        # against 8.2, batch 8 7.2 against 7.4 (with the earlier weight-only MatMulNBits
+        # int8 graphs, since replaced by training.quantize's). Not for fp32, whose larger
+        # weight reads split well over two cores (batch 1 23.5 against 21.9 with it), nor for
+        # the encoder (no gain). Thread count changes no number (log-probs are bit-identical;
+        # export checks it), so batch invariance holds across the two sessions.
         self.decoder_small = self.decoder
         small_sessions = self.variant == "int8" and self.providers[0] == "CPUExecutionProvider"
         if small_sessions and options.intra_op_num_threads > 1:
@@ -352,8 +353,8 @@ class Engine:
         return ["CPUExecutionProvider"]
 
     def _default_variant(self) -> str:
-        """The manifest's choice, except on CUDA: the int8 graphs use MatMulNBits kernels
-        chosen for CPUs, so a GPU gets the fp32 graphs when the bundle has them."""
+        """The manifest's choice, except on CUDA: the int8 graphs are shaped for onnxruntime's
+        CPU integer kernels, so a GPU gets the fp32 graphs when the bundle has them."""
         manifest = self.bundle.manifest
         if self.providers[0] == "CUDAExecutionProvider" and "fp32" in manifest["variants"]:
             return "fp32"

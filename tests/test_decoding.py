@@ -214,7 +214,7 @@ def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:
     assert int8.variant == "int8"
     sources, targets = zip(*pairs[:16], strict=True)
     translations = [t.text for t in int8.translate(list(sources))]
-    # Weight-only int8 keeps nearly all of what the float model memorised.
+    # Static int8 keeps nearly all of what the float model memorised.
     assert sum(t == r for t, r in zip(translations, targets, strict=True)) >= 14
 
 

@@ -179,3 +179,39 @@ def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: 
     export.export_graphs(model, tmp_path)
     assert not model.training
     assert verify_parity(model, tmp_path, steps=4) < 1e-4
+
+
+def test_int8_graphs_multiply_in_integers(tiny_bundle: Path) -> None:
+    """Every matrix product that had a float weight reads int8 weights and a uint8 activation
+    quantised with a constant scale (the batch-invariant static form)."""
+    import onnx
+
+    for name in ("encoder", "decoder"):
+        fp32 = onnx.load(str(tiny_bundle / f"{name}.onnx"))
+        fp32_weights = {init.name for init in fp32.graph.initializer}
+        weighted = {n.output[0] for n in fp32.graph.node
+                    if n.op_type == "MatMul" and n.input[1] in fp32_weights}
+        int8 = onnx.load(str(tiny_bundle / f"{name}.int8.onnx"))
+        weights = {init.name: init for init in int8.graph.initializer}
+        producers = {out: n for n in int8.graph.node for out in n.output}
+        quantized = set()
+        for node in int8.graph.node:
+            if node.op_type != "MatMul" or node.output[0] not in weighted:
+                continue
+            activation, weight = (producers[i] for i in node.input)
+            assert weight.op_type == "DequantizeLinear"
+            assert weights[weight.input[0]].data_type == onnx.TensorProto.INT8
+            assert activation.op_type == "DequantizeLinear"
+            quantize = producers[activation.input[0]]
+            assert quantize.op_type == "QuantizeLinear"
+            assert all(i in weights for i in quantize.input[1:])  # constant scale and zero
+            quantized.add(node.output[0])
+        assert weighted and quantized == weighted
+
+
+def test_int8_export_names_missing_calibration_sentences(tiny_checkpoint: Path,
+                                                         tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.tsv"
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.tsv"):
+        export.export_bundle(tiny_checkpoint, tmp_path / "b", int8=True, calibration=missing)
+    assert not (tmp_path / "b").exists()

@@ -71,7 +71,7 @@ def _export(args: argparse.Namespace, config: Config) -> None:
     for item in args.decoding:
         key, _, value = item.partition("=")
         decoding[key] = json.loads(value)
-    print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8,
+    print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8, calibration=args.calibration,
                         check_parity=not args.no_parity, default_variant=args.default_variant,
                         decoding=decoding))
 
@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint")
     p.add_argument("out_dir")
     p.add_argument("--int8", action="store_true",
-                   help="also write int8 graphs (weight-only MatMulNBits, batch-invariant)")
+                   help="also write static int8 graphs (batch-invariant; training.quantize)")
+    p.add_argument("--calibration", type=Path, default=None,
+                   help="sentences to calibrate the int8 graphs on (TSV, source first, or one "
+                   "a line; default: train.tsv of the data the checkpoint was trained on)")
     p.add_argument("--default-variant", choices=["fp32", "int8"], default="fp32",
                    help="the variant the service loads unless told otherwise")
     p.add_argument("--no-parity", action="store_true", help="skip the ONNX/PyTorch parity check")

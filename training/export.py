@@ -34,6 +34,7 @@ from service.bundle import (
 from service.decoding import DecodeOptions
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from training.model import Transformer
+from training.quantize import calibration_sources, quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -291,32 +292,6 @@ def _fused_decoder_graph(model: Transformer):
     )
 
 
-def quantize_int8(out_dir: Path) -> None:
-    """Weight-only int8 (onnxruntime's MatMulNBits, 8 bits, blocks of 32 along the input
-    dimension, symmetric), computed by the int8 kernels (accuracy level 4).
-
-    Why not ``quantize_dynamic``: it scales activations per tensor, so a sentence's numbers
-    depend on the other rows of its batch and its translation changes with the traffic around
-    it. MatMulNBits quantises each row's activations by its own blocks, which keeps a row's
-    result independent of the batch; ``verify_batch_invariance`` checks that on every export.
-    The embedding lookups stay float (its block quantisation is 4-bit only).
-    """
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    for name in ("encoder", "decoder"):
-        quantizer = MatMulNBitsQuantizer(
-            onnx.load(str(out_dir / f"{name}.onnx")),
-            bits=8,
-            block_size=32,
-            is_symmetric=True,
-            accuracy_level=4,
-            op_types_to_quantize=("MatMul",),
-        )
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(out_dir / f"{name}.int8.onnx"))
-
-
 def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int = 0) -> None:
     """Raise unless every row's encoder outputs and decoder log-probs are bit-identical whether
     computed alone or inside a batch (a quantisation scheme or kernel can break this). Rows
@@ -439,13 +414,16 @@ def export_bundle(
     out_dir: str | Path,
     *,
     int8: bool = False,
+    calibration: str | Path | None = None,
     check_parity: bool = True,
     default_variant: str = "fp32",
     scores: dict[str, Any] | None = None,
     decoding: dict[str, Any] | None = None,
 ) -> Path:
     """Export ``checkpoint`` to a bundle in ``out_dir`` (replaced atomically when it passes).
-    ``decoding`` is the model's recommended decoding (``service.bundle.DECODING_KEYS``)."""
+    ``decoding`` is the model's recommended decoding (``service.bundle.DECODING_KEYS``).
+    ``int8`` adds static int8 graphs (``training.quantize``), calibrated on the first
+    sentences of ``calibration`` (default: the checkpoint's training data, train.tsv)."""
     decoding = dict(decoding or {})
     unknown = set(decoding) - set(DECODING_KEYS)
     if unknown:
@@ -468,8 +446,21 @@ def export_bundle(
             log.info("parity: max |ONNX - PyTorch| = %.2e", worst)
         variants = {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}}
         if int8:
-            quantize_int8(staging)
-            variants["int8"] = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
+            calibration = Path(calibration or Path(data_config.get("out_dir", ".")) / "train.tsv")
+            if not calibration.is_file():
+                raise FileNotFoundError(
+                    f"int8 graphs are calibrated on sample sentences and {calibration} does not "
+                    "exist: name a file of them with --calibration (TSV, source first, or one "
+                    "sentence a line)"
+                )
+            sources = calibration_sources(calibration, vocab, config.max_positions)
+            quantize_int8(staging, sources, config.max_positions)
+            variants["int8"] = {
+                "encoder": "encoder.int8.onnx",
+                "decoder": "decoder.int8.onnx",
+                "quantization": f"static: uint8 activations calibrated on {len(sources)} "
+                f"sentences of {calibration.name}, 7-bit weights per column",
+            }
         for graphs in variants.values():
             verify_batch_invariance(staging, graphs["encoder"], graphs["decoder"])
         if default_variant not in variants:

@@ -61,14 +61,9 @@ def calibration_sources(path: str | Path, tokenizer_path: str | Path, max_tokens
 
 
 def _weighted_matmuls(model) -> list:
-    from onnx import numpy_helper
-
-    weights = {init.name: init for init in model.graph.initializer}
-    return [
-        node for node in model.graph.node
-        if node.op_type == "MatMul" and node.input[1] in weights
-        and len(numpy_helper.to_array(weights[node.input[1]]).shape) == 2
-    ]
+    """The MatMul nodes whose second input is a [K, N] weight of the graph."""
+    matrices = {init.name for init in model.graph.initializer if len(init.dims) == 2}
+    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in matrices]
 
 
 class _Ranges:

@@ -435,6 +435,14 @@ def export_bundle(
     if not vocab.is_file():
         raise FileNotFoundError(f"the checkpoint's SentencePiece model {vocab} does not exist")
     data_config = ckpt.get("config", {}).get("data", {})
+    if int8:  # checked before any work: the int8 graphs need sample sentences
+        calibration = Path(calibration or Path(data_config.get("out_dir", ".")) / "train.tsv")
+        if not calibration.is_file():
+            raise FileNotFoundError(
+                f"int8 graphs are calibrated on sample sentences and {calibration} does not "
+                "exist: name a file of them with --calibration (TSV, source first, or one "
+                "sentence a line)"
+            )
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -446,13 +454,6 @@ def export_bundle(
             log.info("parity: max |ONNX - PyTorch| = %.2e", worst)
         variants = {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}}
         if int8:
-            calibration = Path(calibration or Path(data_config.get("out_dir", ".")) / "train.tsv")
-            if not calibration.is_file():
-                raise FileNotFoundError(
-                    f"int8 graphs are calibrated on sample sentences and {calibration} does not "
-                    "exist: name a file of them with --calibration (TSV, source first, or one "
-                    "sentence a line)"
-                )
             sources = calibration_sources(calibration, vocab, config.max_positions)
             quantize_int8(staging, sources, config.max_positions)
             variants["int8"] = {

@@ -215,3 +215,37 @@ def test_int8_export_names_missing_calibration_sentences(tiny_checkpoint: Path,
     with pytest.raises(FileNotFoundError, match=r"nowhere\.tsv"):
         export.export_bundle(tiny_checkpoint, tmp_path / "b", int8=True, calibration=missing)
     assert not (tmp_path / "b").exists()
+
+
+def test_a_weight_read_by_two_products_is_quantised_once(tmp_path: Path) -> None:
+    """Two MatMuls sharing one weight (and one input) give a valid graph with one int8 copy,
+    and it computes what the float graph does, to int8 precision."""
+    import types
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from training.quantize import quantize_graph
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["a"], name="a"),
+         helper.make_node("MatMul", ["x", "w"], ["b"], name="b"),
+         helper.make_node("Add", ["a", "b"], ["y"], name="y")],
+        "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    x = rng.uniform(-1, 1, (2, 8)).astype(np.float32)
+    quantize_graph(tmp_path / "fp32.onnx", tmp_path / "int8.onnx",
+                   types.SimpleNamespace(low={"x": -1.0}, high={"x": 1.0}))
+    int8 = onnx.load(str(tmp_path / "int8.onnx"))
+    onnx.checker.check_model(int8)
+    assert [n.op_type for n in int8.graph.node].count("DequantizeLinear") == 2  # x and w
+    y = ort.InferenceSession(str(tmp_path / "int8.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, 2 * x @ w, atol=0.1)

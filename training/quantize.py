@@ -147,19 +147,20 @@ def quantize_graph(source: Path, target: Path, ranges: _Ranges) -> None:
                                  name=f"{x}_dq"),
             ]
             quantized.add(x)
-        w = numpy_helper.to_array(weights[w_name]).astype(np.float32)
-        w_scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / WEIGHT_MAX
-        w_q = np.clip(np.round(w / w_scale), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
-        inits += [numpy_helper.from_array(w_q, f"{w_name}_q"),
-                  numpy_helper.from_array(w_scale.astype(np.float32), f"{w_name}_scale"),
-                  numpy_helper.from_array(np.zeros(w.shape[1], np.int8), f"{w_name}_zero")]
-        nodes += [
-            helper.make_node("DequantizeLinear",
-                             [f"{w_name}_q", f"{w_name}_scale", f"{w_name}_zero"],
-                             [f"{w_name}_dq"], axis=1, name=f"{w_name}_dq"),
-            helper.make_node("MatMul", [f"{x}_dq", f"{w_name}_dq"], list(node.output),
-                             name=node.name),
-        ]
+        if w_name not in quantized:  # likewise one int8 copy per weight
+            w = numpy_helper.to_array(weights[w_name]).astype(np.float32)
+            w_scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / WEIGHT_MAX
+            w_q = np.clip(np.round(w / w_scale), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+            inits += [numpy_helper.from_array(w_q, f"{w_name}_q"),
+                      numpy_helper.from_array(w_scale.astype(np.float32), f"{w_name}_scale"),
+                      numpy_helper.from_array(np.zeros(w.shape[1], np.int8), f"{w_name}_zero")]
+            nodes.append(helper.make_node(
+                "DequantizeLinear", [f"{w_name}_q", f"{w_name}_scale", f"{w_name}_zero"],
+                [f"{w_name}_dq"], axis=1, name=f"{w_name}_dq",
+            ))
+            quantized.add(w_name)
+        nodes.append(helper.make_node("MatMul", [f"{x}_dq", f"{w_name}_dq"], list(node.output),
+                                      name=node.name))
     used = {name for node in nodes for name in node.input}
     kept = [init for init in graph.initializer if init.name in used]
     del graph.node[:]

@@ -1,6 +1,6 @@
-"""The committed configs: each loads, and each data-mix ablation differs from the default
-config in its source weights and output directories only, so a result measured with it speaks
-about the mix and nothing else."""
+"""The committed configs: each loads, and each ablation differs from the default config in one
+thing (its source weights or its filters) and its output directories, so a result measured with
+it speaks about that one thing."""
 
 from __future__ import annotations
 
@@ -22,18 +22,28 @@ def test_every_committed_config_loads(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", ABLATIONS, ids=lambda p: p.name)
-def test_a_mix_ablation_changes_only_the_weights(path: Path) -> None:
+def test_an_ablation_changes_one_thing(path: Path) -> None:
     default, ablation = load_config(CONFIGS / "en-de.toml"), load_config(path)
     assert [s.path for s in ablation.data.sources] == [s.path for s in default.data.sources]
-    assert [s.weight for s in ablation.data.sources] != [s.weight for s in default.data.sources]
+    changed = {
+        "weights": [s.weight for s in ablation.data.sources]
+        != [s.weight for s in default.data.sources],
+        "filters": ablation.data.filters != default.data.filters,
+    }
+    assert sum(changed.values()) == 1, changed
+    if changed["filters"]:
+        # Filters decide which pairs a fresh draw sees: the default run's dev/test must be
+        # reused, or the ablation would be scored on other sentences.
+        assert ablation.data.heldout_from == default.data.out_dir
 
-    def without_mix(config):
-        data = dataclasses.replace(config.data, sources=[], out_dir="")
+    def without_the_experiment(config):
+        data = dataclasses.replace(config.data, sources=[], out_dir="", heldout_from="",
+                                   filters=None)
         return dataclasses.replace(config, data=data,
                                    train=dataclasses.replace(config.train, out_dir=""))
 
-    # Same filters, splits, vocabulary (so runs can share weights), model and training.
-    assert without_mix(ablation) == without_mix(default)
+    # Same splits, vocabulary (so runs can share weights), model and training.
+    assert without_the_experiment(ablation) == without_the_experiment(default)
     # Its own run directories: an ablation must never overwrite the default run's data.
     assert ablation.data.out_dir != default.data.out_dir
     assert ablation.train.out_dir != default.train.out_dir

@@ -216,9 +216,9 @@ def test_report_counts_add_up(tmp_path):
 # --- split -----------------------------------------------------------------------------------
 
 
-def _split_config(tmp_path: Path, name: str, seed: int = 1234) -> DataConfig:
+def _split_config(tmp_path: Path, name: str, seed: int = 1234, **kwargs) -> DataConfig:
     return _config(tmp_path, SourceFile(str(OVERFIT)), SourceFile(str(SHARED)), name=name,
-                   dev_size=12, test_size=12, seed=seed)
+                   dev_size=12, test_size=12, seed=seed, **kwargs)
 
 
 def _split_files(out_dir: str) -> dict[str, bytes]:
@@ -422,3 +422,22 @@ def test_global_heldout_draw_is_still_available(tmp_path):
     assert global_["files"][paths[0]]["test"] > 8 and global_["files"][paths[0]]["dev"] > 8
     assert global_["splits"]["dev"] == global_["splits"]["test"] == 15
     assert "one global draw" in format_report(global_)
+
+
+def test_reused_heldout_sets_stay_fixed_when_the_filters_change(tmp_path):
+    first = _split_config(tmp_path, "first")
+    prepare_corpus(first, progress=False)
+    drawn = {name: read_tsv(Path(first.out_dir) / f"{name}.tsv") for name in ("dev", "test")}
+    # A filter experiment: what the filters keep changes, so a fresh draw would move dev/test.
+    strict = _split_config(tmp_path, "strict", heldout_from=first.out_dir,
+                           filters=FilterConfig(max_ratio=1.3))
+    report = prepare_corpus(strict, progress=False)
+    assert report["total"]["ratio"] > 0
+    for name, pairs in drawn.items():
+        assert read_tsv(Path(strict.out_dir) / f"{name}.tsv") == pairs
+    train = read_tsv(Path(strict.out_dir) / "train.tsv")
+    assert train
+    heldout = drawn["dev"] + drawn["test"]
+    for side in (0, 1):
+        assert not {normalise(p[side]) for p in train} & {normalise(p[side]) for p in heldout}
+    assert "reused" in format_report(report)

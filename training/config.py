@@ -53,6 +53,10 @@ class DataConfig:
     # Substrings of source paths whose pairs never go to dev/test (they stay in train), such as
     # ["ding-phrases"]: dictionary phrases make BLEU meaningless.
     heldout_exclude: list[str] = field(default_factory=list)
+    # A prepared data directory whose dev.tsv and test.tsv are reused as they are, instead of
+    # drawing new ones: for experiments that change the filters, whose own draw would move the
+    # evaluation sets. Anything linked to them (by normalised source or target) stays out of train.
+    heldout_from: str = ""
 
 
 @dataclass

@@ -18,7 +18,7 @@ import os
 import random
 import re
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from heapq import heapify, heappop, heappush
 from itertools import zip_longest
@@ -267,6 +267,23 @@ def _assign_splits(
     return train, dev, test, stats
 
 
+def _train_outside(
+    uf: _UnionFind, sources: list[str], targets: list[str], heldout: list[tuple[str, str]],
+) -> tuple[list[int], dict[str, int]]:
+    """Train is every pair whose component shares no normalised source or target with
+    ``heldout``: the rule a fresh draw follows, applied to held-out sets drawn by another run."""
+    heldout_sources = {normalise(src) for src, _ in heldout}
+    heldout_targets = {normalise(tgt) for _, tgt in heldout}
+    roots = [uf.find(i) for i in range(len(uf.parent))]
+    linked = {roots[i] for i in range(len(roots))
+              if normalise(sources[i]) in heldout_sources
+              or normalise(targets[i]) in heldout_targets}
+    train = [i for i, root in enumerate(roots) if root not in linked]
+    sizes = Counter(roots).values()
+    return train, {"components": len(sizes), "largest_component": max(sizes, default=0),
+                   "pairs_linked_to_reused_heldout": len(roots) - len(train)}
+
+
 # ---------------------------------------------------------------------------------------------
 # The pipeline
 
@@ -378,14 +395,22 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     # The dedupe and linking tables are the biggest structures; free them before splitting.
     del seen_exact, seen_normalised, first_with_source, first_with_target
 
-    excluded = [any(part in source.path for part in config.heldout_exclude)
-                for source in config.sources]
-    train, dev, test, component_stats = _assign_splits(
-        uf, pair_hashes, origin, excluded, config.dev_size, config.test_size,
-        config.heldout_per_source,
-    )
+    reused: dict[str, list[tuple[str, str]]] = {}
+    if config.heldout_from:
+        reused = {name: read_tsv(Path(config.heldout_from) / f"{name}.tsv")
+                  for name in ("dev", "test")}
+        train, component_stats = _train_outside(uf, sources, targets,
+                                                reused["dev"] + reused["test"])
+        dev, test = [], []
+    else:
+        excluded = [any(part in source.path for part in config.heldout_exclude)
+                    for source in config.sources]
+        train, dev, test, component_stats = _assign_splits(
+            uf, pair_hashes, origin, excluded, config.dev_size, config.test_size,
+            config.heldout_per_source,
+        )
     del uf, pair_hashes
-    if len(dev) < config.dev_size or len(test) < config.test_size:
+    if not reused and (len(dev) < config.dev_size or len(test) < config.test_size):
         logger.warning(
             "held-out sets are smaller than requested (dev %d/%d, test %d/%d): not enough pairs "
             "in components of <= %d pairs outside data.heldout_exclude", len(dev),
@@ -411,8 +436,9 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     random.Random(config.seed).shuffle(weighted)
 
     _write_tsv(out_dir / "train.tsv", ((sources[i], targets[i]) for i in weighted))
-    _write_tsv(out_dir / "dev.tsv", ((sources[i], targets[i]) for i in dev))
-    _write_tsv(out_dir / "test.tsv", ((sources[i], targets[i]) for i in test))
+    _write_tsv(out_dir / "dev.tsv", reused.get("dev") or ((sources[i], targets[i]) for i in dev))
+    _write_tsv(out_dir / "test.tsv",
+               reused.get("test") or ((sources[i], targets[i]) for i in test))
 
     total = _new_counts()
     for counts in per_file:
@@ -422,8 +448,9 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
         "files": {source.path: counts for source, counts in zip(config.sources, per_file,
                                                                 strict=True)},
         "total": total,
-        "splits": {"train": len(train), "train_weighted": len(weighted), "dev": len(dev),
-                   "test": len(test)},
+        "splits": {"train": len(train), "train_weighted": len(weighted),
+                   "dev": len(reused["dev"]) if reused else len(dev),
+                   "test": len(reused["test"]) if reused else len(test)},
         "components": {**component_stats, "max_heldout_component": MAX_HELDOUT_COMPONENT},
         "config": dataclasses.asdict(config),
         "seconds": round(time.monotonic() - started, 1),
@@ -487,7 +514,11 @@ def format_report(report: dict) -> str:
         f"{comps['components']:,} components, largest {comps['largest_component']:,} pairs"
     )
     config = report.get("config", {})
-    if config.get("heldout_per_source") is not None:
+    if config.get("heldout_from"):
+        lines.append(f"held-out: dev.tsv and test.tsv of {config['heldout_from']}, reused; "
+                     f"{comps['pairs_linked_to_reused_heldout']:,} pairs linked to them kept "
+                     "out of train")
+    elif config.get("heldout_per_source") is not None:
         mode = "equal share per source" if config["heldout_per_source"] else "one global draw"
         exclude = config.get("heldout_exclude") or []
         lines.append(f"held-out: {mode}" + (f", never from {', '.join(exclude)}" if exclude

@@ -1,6 +1,6 @@
 """The committed configs: each loads, and each ablation differs from the default config in one
-thing (its source weights or its filters) and its output directories, so a result measured with
-it speaks about that one thing."""
+thing (its source weights, its filters or its model) and its output directories, so a result
+measured with it speaks about that one thing."""
 
 from __future__ import annotations
 
@@ -29,21 +29,26 @@ def test_an_ablation_changes_one_thing(path: Path) -> None:
         "weights": [s.weight for s in ablation.data.sources]
         != [s.weight for s in default.data.sources],
         "filters": ablation.data.filters != default.data.filters,
+        "model": ablation.model != default.model,
     }
     assert sum(changed.values()) == 1, changed
     if changed["filters"]:
         # Filters decide which pairs a fresh draw sees: the default run's dev/test must be
         # reused, or the ablation would be scored on other sentences.
         assert ablation.data.heldout_from == default.data.out_dir
+    if changed["model"]:
+        # A model ablation trains on the default run's prepared data as it is.
+        assert ablation.data == default.data
+    else:
+        # Its own data directory: a data ablation must never overwrite the default run's data.
+        assert ablation.data.out_dir != default.data.out_dir
 
     def without_the_experiment(config):
         data = dataclasses.replace(config.data, sources=[], out_dir="", heldout_from="",
                                    filters=None)
-        return dataclasses.replace(config, data=data,
+        return dataclasses.replace(config, data=data, model=None,
                                    train=dataclasses.replace(config.train, out_dir=""))
 
-    # Same splits, vocabulary (so runs can share weights), model and training.
+    # Same splits, vocabulary (so runs can share weights) and training.
     assert without_the_experiment(ablation) == without_the_experiment(default)
-    # Its own run directories: an ablation must never overwrite the default run's data.
-    assert ablation.data.out_dir != default.data.out_dir
     assert ablation.train.out_dir != default.train.out_dir

@@ -1,21 +1,27 @@
 """A model bundle: the only thing training and serving share.
 
-ONNX contract v2 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
+ONNX contract v3 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
 
 ``encoder.onnx``  src_tokens int64 [batch, src_len]
                   -> cross_keys, cross_values float [layers, batch, heads, src_len, head_dim]
                      (every decoder layer's cross-attention keys/values, computed once),
                      src_mask bool [batch, src_len] (True = real token)
-``decoder.onnx``  tokens, positions int64 [batch]; self_mask bool [batch, past + 1] (last
-                  column = the current token); src_mask; and per layer ``self_keys_i``,
+``decoder.onnx``  tokens, positions int64 [batch]; src_mask; and per layer ``self_keys_i``,
                   ``self_values_i`` [batch, heads, past, head_dim], ``cross_keys_i``,
                   ``cross_values_i`` [batch, heads, src_len, head_dim]
                   -> log_probs float [batch, vocab]; per layer ``present_keys_i``,
-                     ``present_values_i`` [batch, heads, past + 1, head_dim] (fed back)
+                     ``present_values_i`` [batch, heads, max(past, max(positions) + 1),
+                     head_dim] (fed back)
 
-v1 passed the caches stacked as [layers, ...]; the graph had to split them into layers and
-stack the presents again, three copies of the whole cache per step (about a fifth of a step
-at batch 32). Per-layer tensors cost none: a layer of a stacked array is a zero-copy view.
+A row's self cache is left-aligned: its ``positions`` earlier tokens fill columns
+0 .. position - 1, and this step writes its key/value at column ``position``; later columns are
+never read. So each row attends over its own history only, whatever the others' lengths: rows
+that joined at different steps cost no masked columns, and their numbers do not depend on their
+neighbours (onnxruntime's GroupQueryAttention reads ``positions`` as per-row cache lengths).
+
+v2 kept every row's history right-aligned in one shared width with a self mask: a row that
+joined late attended over the masked columns of the oldest row's history (serving 64 clients,
+4x the columns a row needed). v1 stacked the caches [layers, ...], copying them three times a step.
 
 ``manifest.json`` records the contract version, languages, special ids, dimensions, the
 variants (fp32, int8) and the sha256 of every file. Its optional ``decoding`` holds the
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 CACHE_INPUTS = ("self_keys", "self_values", "cross_keys", "cross_values")
 MANIFEST = "manifest.json"
 # How to decode this model well; beam size and lengths stay the server's resource policy.
@@ -54,7 +60,7 @@ REQUIRED_KEYS = (
 def decoder_inputs(layers: int) -> list[str]:
     """The decoder graph's input names, in order."""
     per_layer = [f"{name}_{i}" for i in range(layers) for name in CACHE_INPUTS]
-    return ["tokens", "positions", "self_mask", "src_mask", *per_layer]
+    return ["tokens", "positions", "src_mask", *per_layer]
 
 
 def decoder_outputs(layers: int) -> list[str]:
@@ -70,13 +76,12 @@ def per_layer(name: str, arrays: Sequence[Any]) -> dict[str, Any]:
 
 
 def decoder_feeds(tokens: Any, positions: Any, self_keys: Sequence[Any],
-                  self_values: Sequence[Any], self_mask: Any, cross_keys: Sequence[Any],
+                  self_values: Sequence[Any], cross_keys: Sequence[Any],
                   cross_values: Sequence[Any], src_mask: Any) -> dict[str, Any]:
     """The decoder graph's feeds; each cache is a list of layers or a stacked array."""
     return {
         "tokens": tokens,
         "positions": positions,
-        "self_mask": self_mask,
         "src_mask": src_mask,
         **per_layer("self_keys", self_keys),
         **per_layer("self_values", self_values),

@@ -11,11 +11,10 @@ answer the step they finish, which is what the service's scheduler builds on; th
 until a newcomer takes them over (see ``_Hole``). ``translate`` uses the same machinery, so
 offline and served decoding cannot drift apart.
 
-Cache layout: the self-attention cache grows by one column per step for every row. A row that
-joined late has masked (invalid) columns before its first token, so each row's valid entries
-form a suffix of the cache; leading columns no row uses are trimmed when rows leave. Joins and
-trims keep those masked columns a multiple of 8 (``JOIN_ALIGN``): that keeps every row's
-numbers bit-identical to its own, alone.
+Cache layout (contract v3): each row's self-attention cache is left-aligned, its ``position``
+earlier tokens in columns 0 .. position - 1, whatever the other rows hold; the decoder graph
+attends over those columns only and writes the new key/value after them. So a sentence joins a
+running batch at once, and its numbers are bit-identical to its own, decoded alone.
 """
 
 from __future__ import annotations
@@ -117,8 +116,8 @@ class _Sentence:
 class _Hole:
     """The rows of a sentence that left. A waiting sentence of the same width takes them over
     at the next step (its encoder output is written into them, no cache is copied). Until then
-    they idle (position 0, masked); once idle rows are a quarter of the batch they are
-    compacted away (``COMPACT_IDLE_SHARE``)."""
+    they idle (position 0: they attend to nothing but themselves); once idle rows are a quarter
+    of the batch they are compacted away (``COMPACT_IDLE_SHARE``)."""
 
     width: int
 
@@ -203,22 +202,15 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
     return [prefix[i + size - 1] for i in range(start) if prefix[i : i + size - 1] == tail]
 
 
-# A row that joins a running batch starts behind masked cache columns, as many as the batch is
-# old. The attention kernels' SIMD reductions over the cache group values by their column
-# modulo 8, so a row behind 1-7 masked columns gets log-probs a few ulps off its own (up to
-# 1.9e-6 on the default model), enough to flip a near-tie late in a long sentence: at 64
-# concurrent clients 3 of 200 test texts ended differently than alone. Behind a multiple of 8
-# columns it is bit-identical, so rows join only at such widths and trims keep to multiples.
-# The price: a newcomer waits up to 7 steps, and its hole idles meanwhile (serving 8 or 64
-# clients beside a training job: 12% fewer sentences/s). EXACT_BATCHING=false drops it.
-JOIN_ALIGN = 8
-
-
 # Holes are compacted away once they hold this share of the rows. Until then a newcomer of the
 # same width takes a hole over at no cost, where compacting copies every row's cache twice
 # (out, then in again when the newcomer is appended): serving 64 clients, those copies took
 # as long as the decoder itself. An idle row costs one row of a step.
 COMPACT_IDLE_SHARE = 0.25
+
+# Cache columns beyond every row's history are dropped once they outnumber the used ones by
+# this many; until then they cost memory only (attention reads each row's own columns).
+TRIM_SLACK = 16
 
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 
@@ -241,12 +233,12 @@ def length_groups(lengths: Sequence[int], call_cost: int = ENCODER_CALL_COST) ->
     return groups
 
 
-def _select(cache: list[np.ndarray], rows: np.ndarray | None, first: int) -> list[np.ndarray]:
-    """Each layer's cache with ``rows`` in that order (all when None), from column ``first``,
-    contiguous as onnxruntime wants its inputs."""
+def _select(cache: list[np.ndarray], rows: np.ndarray | None, columns: int) -> list[np.ndarray]:
+    """Each layer's cache with ``rows`` in that order (all when None), its first ``columns``
+    columns, contiguous as onnxruntime wants its inputs."""
     if rows is None:
-        return [np.ascontiguousarray(layer[:, :, first:]) for layer in cache]
-    return [np.take(layer[:, :, first:], rows, axis=0) for layer in cache]
+        return [np.ascontiguousarray(layer[:, :, :columns]) for layer in cache]
+    return [np.take(layer[:, :, :columns], rows, axis=0) for layer in cache]
 
 
 class Engine:
@@ -371,10 +363,9 @@ class Engine:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))
 
-    def new_batch(self, exact: bool = True) -> DecodeBatch:
-        """A batch for continuous batching; ``exact=False`` lets sentences join a running
-        batch at once rather than at the next aligned step (see ``JOIN_ALIGN``)."""
-        return DecodeBatch(self, join_align=JOIN_ALIGN if exact else 1)
+    def new_batch(self) -> DecodeBatch:
+        """A batch for continuous batching."""
+        return DecodeBatch(self)
 
     def translate(
         self, sentences: Sequence[str], max_batch_rows: int = 64, **options
@@ -458,26 +449,24 @@ class DecodeBatch:
     """Rows decoded together. ``add`` queues a sentence (encoded at the next step), ``step``
     runs one decoder step for every row and returns the sentences that finished."""
 
-    def __init__(self, engine: Engine, join_align: int = JOIN_ALIGN):
+    def __init__(self, engine: Engine):
         self.engine = engine
-        self.join_align = join_align
         self.sentences: list[_Sentence | _Hole] = []  # in row order
         self.waiting: list[_Sentence] = []
         e = engine
         # Cross keys/values stay stacked [layers, rows, heads, src, head_dim] as the encoder
         # returns them; the self cache is one [rows, heads, past, head_dim] array per layer,
-        # as the decoder returns it, so feeding it back copies nothing.
+        # as the decoder returns it, so feeding it back copies nothing. A row's position is
+        # its cache length (see the module docstring).
         self.cross_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
         self.cross_values = self.cross_keys
         self.src_mask = np.zeros((0, 0), bool)
         empty = np.zeros((0, e.heads, 0, e.head_dim), np.float32)
         self.self_keys: list[np.ndarray] = [empty] * e.layers
         self.self_values: list[np.ndarray] = [empty] * e.layers
-        self.self_mask = np.zeros((0, 0), bool)
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
         self._holes = False  # some entries of self.sentences are _Hole
-        self._rows_left = False  # rows were emptied since the cache columns were last trimmed
 
     def __len__(self) -> int:
         return sum(not isinstance(s, _Hole) for s in self.sentences) + len(self.waiting)
@@ -514,27 +503,25 @@ class DecodeBatch:
         for index, sentence in enumerate(self.sentences):
             if not isinstance(sentence, _Hole) and sentence.key == key:
                 self.sentences[index] = _Hole(sentence.width)
-                self.self_mask[row : row + sentence.width] = False
+                self.positions[row : row + sentence.width] = 0
                 self._holes = True
             row += sentence.width
 
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> list[tuple[Hashable, Translation]]:
-        if self.waiting and self._may_admit():
+        if self.waiting:
             self._admit()
         if self._holes and self._idle_rows() >= COMPACT_IDLE_SHARE * len(self.tokens):
             self._compact()
         if not self.sentences:
             return []
         rows = len(self.tokens)
-        self_mask = np.concatenate([self.self_mask, np.ones((rows, 1), bool)], axis=1)
         log_probs, *presents = self.engine.run_decoder(
             decoder_feeds(self.tokens, self.positions, self.self_keys, self.self_values,
-                          self_mask, self.cross_keys, self.cross_values, self.src_mask)
+                          self.cross_keys, self.cross_values, self.src_mask)
         )
         # The graph returns the grown cache: feeding it back as is costs no copy here.
         self.self_keys, self.self_values = presents[0::2], presents[1::2]
-        self.self_mask = self_mask
 
         order = np.arange(rows)  # rows of the next step, as indices into this step's rows
         next_tokens = np.full(rows, self.engine.bos_id, np.int64)
@@ -573,15 +560,6 @@ class DecodeBatch:
             row += width
         self._advance(order if moved else None, next_tokens, dead, idle)
         return done
-
-    def _may_admit(self) -> bool:
-        """Newcomers join an empty batch at once, a running one only when its cache width is
-        a multiple of ``JOIN_ALIGN`` (see there): at most JOIN_ALIGN - 1 steps' wait."""
-        running = any(not isinstance(s, _Hole) for s in self.sentences)
-        return not running or self.self_mask.shape[1] % self.join_align == 0
-
-    def _aligned(self, columns: int) -> int:
-        return columns - columns % self.join_align
 
     def _idle_rows(self) -> int:
         return sum(s.width for s in self.sentences if isinstance(s, _Hole))
@@ -704,27 +682,19 @@ class DecodeBatch:
             self.positions = self.positions + 1
         else:
             self.positions = self.positions[order] + 1
-            self.self_mask = self.self_mask[order]
         if idle:
             self.positions[idle] = 0
-            self.self_mask[idle] = False
         if dead:
             self.positions[dead] = 0
-            self.self_mask[dead] = False
-            self._rows_left = True
-        if order is None and not self._rows_left:
-            return  # no row left or moved: the columns in use are the same as last step
-        self._rows_left = False
-        # Leading cache columns no row uses any more are trimmed while copying anyway, or
-        # once they are an eighth of the cache (a copy of its own).
-        past = self.self_mask.shape[1]
-        used = self.self_mask.any(axis=0)
-        first = self._aligned(int(used.argmax())) if used.any() else 0
-        if order is None and first * 8 < past:
+        # The cache is as wide as the longest history it ever held; once that row has left,
+        # columns beyond every row's history are dropped while copying anyway, or once they
+        # are most of the cache (a copy of its own).
+        past = self.self_keys[0].shape[2]
+        used = int(self.positions.max()) if len(self.positions) else 0
+        if order is None and past <= 2 * used + TRIM_SLACK:
             return
-        self.self_mask = self.self_mask[:, first:]
-        self.self_keys = _select(self.self_keys, order, first)
-        self.self_values = _select(self.self_values, order, first)
+        self.self_keys = _select(self.self_keys, order, used)
+        self.self_values = _select(self.self_values, order, used)
 
     def _compact(self) -> None:
         """Drop the holes' rows, and cache columns and source positions no row uses."""
@@ -738,16 +708,15 @@ class DecodeBatch:
         self.sentences = live
         self._holes = False
         self.tokens, self.positions = self.tokens[order], self.positions[order]
-        self_mask, src_mask = self.self_mask[order], self.src_mask[order]
+        src_mask = self.src_mask[order]
         if len(order):
-            used = self_mask.any(axis=0)
-            first = self._aligned(int(used.argmax())) if used.any() else self_mask.shape[1]
+            used = int(self.positions.max())
             src_len = int(src_mask.any(axis=0).nonzero()[0].max()) + 1
         else:
-            first, src_len = self_mask.shape[1], 0
-        self.self_mask, self.src_mask = self_mask[:, first:], src_mask[:, :src_len]
-        self.self_keys = _select(self.self_keys, order, first)
-        self.self_values = _select(self.self_values, order, first)
+            used = src_len = 0
+        self.src_mask = src_mask[:, :src_len]
+        self.self_keys = _select(self.self_keys, order, used)
+        self.self_values = _select(self.self_values, order, used)
         self.cross_keys = np.take(self.cross_keys[:, :, :, :src_len], order, axis=1)
         self.cross_values = np.take(self.cross_values[:, :, :, :src_len], order, axis=1)
 
@@ -786,10 +755,8 @@ class DecodeBatch:
                 self.cross_values[:, rows, :, src_len:] = 0.0
                 self.src_mask[rows, :src_len] = src_mask[i]
                 self.src_mask[rows, src_len:] = False
-                self.self_mask[rows] = False
                 self.tokens[rows] = e.bos_id
-                self.positions[rows] = 0
-                self._rows_left = True  # the next step may trim columns no row uses now
+                self.positions[rows] = 0  # its cache is empty: the old rows' is never read
             if not appended:
                 return
             new = [new[i] for i in appended]
@@ -811,12 +778,11 @@ class DecodeBatch:
         self.src_mask = np.concatenate(
             [_pad_axis(self.src_mask, 1, width), _pad_axis(src_mask, 1, width)], axis=0
         )
-        # New rows see none of the existing cache columns: their history starts now.
-        past = self.self_mask.shape[1]
+        # New rows' history starts now (position 0): their cache columns are never read.
+        past = self.self_keys[0].shape[2]
         blank = np.zeros((rows, e.heads, past, e.head_dim), np.float32)
         self.self_keys = [np.concatenate([layer, blank]) for layer in self.self_keys]
         self.self_values = [np.concatenate([layer, blank]) for layer in self.self_values]
-        self.self_mask = np.concatenate([self.self_mask, np.zeros((rows, past), bool)], axis=0)
         self.tokens = np.concatenate([self.tokens, np.full(rows, e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros(rows, np.int64)])
         self.sentences.extend(new)

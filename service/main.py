@@ -82,7 +82,6 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
             max_batch_rows=settings.max_batch_rows,
             max_queue=settings.max_queue,
             batching=settings.batching,
-            exact=settings.exact_batching,
             metrics=state.metrics,
         )
         scheduler.start()

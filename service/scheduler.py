@@ -90,11 +90,10 @@ class _Job:
 class _Lane:
     """One worker's running batch of one language pair."""
 
-    def __init__(self, pair: str, engine: Engine, exact: bool) -> None:
+    def __init__(self, pair: str, engine: Engine) -> None:
         self.pair = pair
         self.engine = engine
-        self.exact = exact
-        self.batch = engine.new_batch(exact=exact)
+        self.batch = engine.new_batch()
         self.running: set[_Job] = set()
         self.tokens = 0
         self.rows = 0
@@ -109,9 +108,9 @@ class _Lane:
 class _Worker:
     """A thread with one engine replica per pair, and its lanes."""
 
-    def __init__(self, index: int, engines: Mapping[str, Engine], exact: bool) -> None:
+    def __init__(self, index: int, engines: Mapping[str, Engine]) -> None:
         self.name = f"scheduler-{index}"
-        self.lanes = {pair: _Lane(pair, engine, exact) for pair, engine in engines.items()}
+        self.lanes = {pair: _Lane(pair, engine) for pair, engine in engines.items()}
         self.cancelled: list[_Request] = []  # requests whose rows this worker must drop
         self.thread: threading.Thread | None = None
 
@@ -156,7 +155,6 @@ class Scheduler:
         max_batch_rows: int = 128,
         max_queue: int = 2048,
         batching: bool = True,
-        exact: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
         # One worker per replica (Engine.replicas); an engine without replicas is one.
@@ -166,7 +164,7 @@ class Scheduler:
             raise ValueError(f"every engine needs the same number of replicas, got {counts}")
         count = counts.pop() if counts else 1
         self._workers = [
-            _Worker(i, {pair: r[i] for pair, r in replicas.items()}, exact) for i in range(count)
+            _Worker(i, {pair: r[i] for pair, r in replicas.items()}) for i in range(count)
         ]
         # Waiting sentences by request, in arrival order, per pair; admission takes one
         # sentence from each request in turn (see _admit).
@@ -451,7 +449,7 @@ class Scheduler:
             requests = {job.request for job in lane.running}
             lane.running.clear()
             lane.tokens = lane.rows = 0
-            lane.batch = lane.engine.new_batch(exact=lane.exact)
+            lane.batch = lane.engine.new_batch()
             for request in requests:
                 self._fail(lane, request, exc)
             return

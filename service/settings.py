@@ -56,13 +56,6 @@ class Settings(BaseSettings):
         True,
         description="Continuous batching; off decodes one sentence at a time (for benchmarks).",
     )
-    exact_batching: bool = Field(
-        True,
-        description="Sentences join the running batch only every 8th decoder step, so that "
-        "each translation is bit-identical to the sentence decoded alone; false: join at once "
-        "(~12% more sentences/s at 8-64 clients, and rare last-digit differences that can "
-        "change a word late in a long sentence).",
-    )
     max_batch_tokens: int = Field(
         8192,
         ge=1,

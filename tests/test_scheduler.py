@@ -69,7 +69,7 @@ class FakeEngine:
             ids.append(self.vocab[word])
         return [*ids, EOS]
 
-    def new_batch(self, exact: bool = True) -> FakeBatch:
+    def new_batch(self) -> FakeBatch:
         return FakeBatch(self)
 
     def options(self, **overrides) -> DecodeOptions:

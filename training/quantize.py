@@ -109,7 +109,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
         for step in range(min(2 * len(ids) + 10, max_positions - 1)):
             log_probs, *presents = decoder.run(decoder_feeds(
                 np.asarray([token], np.int64), np.asarray([step], np.int64), keys, values,
-                np.ones((1, step + 1), bool), cross_keys, cross_values, src_mask,
+                cross_keys, cross_values, src_mask,
             ))
             keys, values = np.stack(presents[0::2]), np.stack(presents[1::2])
             token = int(log_probs[0].argmax())

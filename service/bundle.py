@@ -11,13 +11,17 @@ ONNX contract v3 (all axes but heads/head_dim dynamic; ``i`` runs over the decod
                   ``cross_values_i`` [batch, heads, src_len, head_dim]
                   -> log_probs float [batch, vocab]; per layer ``present_keys_i``,
                      ``present_values_i`` [batch, heads, max(past, max(positions) + 1),
-                     head_dim] (fed back)
+                     head_dim] (fed back), then ``present_cross_keys_i``,
+                     ``present_cross_values_i`` (the cross caches, unchanged)
 
 A row's self cache is left-aligned: its ``positions`` earlier tokens fill columns
 0 .. position - 1, and this step writes its key/value at column ``position``; later columns are
 never read. So each row attends over its own history only, whatever the others' lengths: rows
 that joined at different steps cost no masked columns, and their numbers do not depend on their
 neighbours (onnxruntime's GroupQueryAttention reads ``positions`` as per-row cache lengths).
+Cross-attention likewise reads each row's real source positions only (``src_mask``), not the
+batch's padded width. Every present output may be bound to its input's buffer, and is then
+written in place (no copy of the cache per step); unbound, it is a copy.
 
 v2 kept every row's history right-aligned in one shared width with a self mask: a row that
 joined late attended over the masked columns of the oldest row's history (serving 64 clients,
@@ -64,9 +68,11 @@ def decoder_inputs(layers: int) -> list[str]:
 
 
 def decoder_outputs(layers: int) -> list[str]:
-    """The decoder graph's output names, in order: log_probs, then each layer's key, value."""
+    """The decoder graph's output names, in order: log_probs, then each layer's self key,
+    value, then each layer's cross key, value (the cross inputs, written in place)."""
     per_layer = [f"present_{name}_{i}" for i in range(layers) for name in ("keys", "values")]
-    return ["log_probs", *per_layer]
+    cross = [f"present_cross_{name}_{i}" for i in range(layers) for name in ("keys", "values")]
+    return ["log_probs", *per_layer, *cross]
 
 
 def per_layer(name: str, arrays: Sequence[Any]) -> dict[str, Any]:

@@ -6,15 +6,17 @@ Public surface, as small as CTranslate2's::
     engine.translate(["Hello world."], beam_size=4, num_hypotheses=2)
 
 Underneath, a ``DecodeBatch`` holds the rows being decoded together. Sentences join it between
-steps (their encoder runs once, its cross-attention keys/values are padded into the batch) and
+steps (their encoder runs once, its cross-attention keys/values are written into the batch's
+buffers, ``service.cache``) and
 answer the step they finish, which is what the service's scheduler builds on; their rows idle
 until a newcomer takes them over (see ``_Hole``). ``translate`` uses the same machinery, so
 offline and served decoding cannot drift apart.
 
 Cache layout (contract v3): each row's self-attention cache is left-aligned, its ``position``
 earlier tokens in columns 0 .. position - 1, whatever the other rows hold; the decoder graph
-attends over those columns only and writes the new key/value after them. So a sentence joins a
-running batch at once, and its numbers are bit-identical to its own, decoded alone.
+attends over those columns (and the row's real source positions) only and writes the new
+key/value after them, in place. So a sentence joins a running batch at once, and its numbers
+are bit-identical to its own, decoded alone.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import numpy as np
 import onnxruntime as ort
 import sentencepiece as spm
 
-from service.bundle import Bundle, BundleError, decoder_feeds, decoder_outputs, load_bundle
+from service.bundle import Bundle, BundleError, load_bundle
+from service.cache import BatchCache
 from service.normalize import build_tables, clean_text
 
 NEG_INF = -1e30
@@ -122,18 +125,6 @@ class _Hole:
     width: int
 
 
-def _pad_axis(array: np.ndarray, axis: int, size: int) -> np.ndarray:
-    """``array`` zero-padded at the end of ``axis`` to ``size``. Three of these run for every
-    sentence that joins a batch; np.pad's generality made each 21 us instead of 3."""
-    if array.shape[axis] >= size:
-        return array
-    shape = list(array.shape)
-    shape[axis] = size
-    padded = np.zeros(shape, array.dtype)
-    padded[tuple(slice(0, n) for n in array.shape)] = array
-    return padded
-
-
 def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """The CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota
     (``docker run --cpus``, compose's ``cpus``), which ``os.cpu_count()`` ignores: a container
@@ -199,7 +190,10 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
         return []
     start = len(prefix) - size + 1  # the last size - 1 tokens: what a repeat would extend
     tail = prefix[start:]
-    return [prefix[i + size - 1] for i in range(start) if prefix[i : i + size - 1] == tail]
+    first = tail[0]
+    # Comparing the first token before slicing: this runs for every row at every step.
+    return [prefix[i + size - 1] for i in range(start)
+            if prefix[i] == first and prefix[i : i + size - 1] == tail]
 
 
 # Holes are compacted away once they hold this share of the rows. Until then a newcomer of the
@@ -207,10 +201,6 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
 # (out, then in again when the newcomer is appended): serving 64 clients, those copies took
 # as long as the decoder itself. An idle row costs one row of a step.
 COMPACT_IDLE_SHARE = 0.25
-
-# Cache columns beyond every row's history are dropped once they outnumber the used ones by
-# this many; until then they cost memory only (attention reads each row's own columns).
-TRIM_SLACK = 16
 
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 
@@ -231,14 +221,6 @@ def length_groups(lengths: Sequence[int], call_cost: int = ENCODER_CALL_COST) ->
             start = i
     groups.append(slice(start, len(lengths)))
     return groups
-
-
-def _select(cache: list[np.ndarray], rows: np.ndarray | None, columns: int) -> list[np.ndarray]:
-    """Each layer's cache with ``rows`` in that order (all when None), its first ``columns``
-    columns, contiguous as onnxruntime wants its inputs."""
-    if rows is None:
-        return [np.ascontiguousarray(layer[:, :, :columns]) for layer in cache]
-    return [np.take(layer[:, :, :columns], rows, axis=0) for layer in cache]
 
 
 class Engine:
@@ -278,7 +260,7 @@ class Engine:
         model = self.bundle.manifest["model"]
         self.layers, self.heads = model["decoder_layers"], model["heads"]
         self.head_dim = model["head_dim"]
-        self.decoder_outputs = decoder_outputs(self.layers)
+        self.vocab_size = model["vocab_size"]
         threads = threads or available_cpus()
         workers = workers or auto_workers(self.device, threads)
         # onnxruntime intra-op threads per replica: all of ``threads``, split as evenly as
@@ -439,10 +421,13 @@ class Engine:
     def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
-    def run_decoder(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        small = len(feeds["tokens"]) <= SMALL_DECODER_ROWS
-        session = self.decoder_small if small else self.decoder
-        return tuple(session.run(self.decoder_outputs, feeds))
+    def decoder_for(self, rows: int) -> ort.InferenceSession:
+        return self.decoder_small if rows <= SMALL_DECODER_ROWS else self.decoder
+
+    def run_decoder(self, session: ort.InferenceSession, binding: ort.IOBinding) -> None:
+        """One decoder step on ``binding``'s arrays (a ``DecodeBatch``'s; see service.cache),
+        which the graph updates in place."""
+        session.run_with_iobinding(binding)
 
 
 class DecodeBatch:
@@ -454,19 +439,14 @@ class DecodeBatch:
         self.sentences: list[_Sentence | _Hole] = []  # in row order
         self.waiting: list[_Sentence] = []
         e = engine
-        # Cross keys/values stay stacked [layers, rows, heads, src, head_dim] as the encoder
-        # returns them; the self cache is one [rows, heads, past, head_dim] array per layer,
-        # as the decoder returns it, so feeding it back copies nothing. A row's position is
-        # its cache length (see the module docstring).
-        self.cross_keys = np.zeros((e.layers, 0, e.heads, 0, e.head_dim), np.float32)
-        self.cross_values = self.cross_keys
-        self.src_mask = np.zeros((0, 0), bool)
-        empty = np.zeros((0, e.heads, 0, e.head_dim), np.float32)
-        self.self_keys: list[np.ndarray] = [empty] * e.layers
-        self.self_values: list[np.ndarray] = [empty] * e.layers
+        # Every cache lives in ``cache``'s buffers, which the graph updates in place; a row's
+        # position is its self-cache length (see the module docstring).
+        self.cache = BatchCache(e.layers, e.heads, e.head_dim, e.vocab_size,
+                                e.bundle.max_positions)
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
         self._holes = False  # some entries of self.sentences are _Hole
+        self._bound: dict[int, tuple[ort.IOBinding, int]] = {}  # per session: binding, version
 
     def __len__(self) -> int:
         return sum(not isinstance(s, _Hole) for s in self.sentences) + len(self.waiting)
@@ -516,12 +496,18 @@ class DecodeBatch:
         if not self.sentences:
             return []
         rows = len(self.tokens)
-        log_probs, *presents = self.engine.run_decoder(
-            decoder_feeds(self.tokens, self.positions, self.self_keys, self.self_values,
-                          self.cross_keys, self.cross_values, self.src_mask)
-        )
-        # The graph returns the grown cache: feeding it back as is costs no copy here.
-        self.self_keys, self.self_values = presents[0::2], presents[1::2]
+        self.cache.reserve(rows, columns=int(self.positions.max()) + 1)
+        session = self.engine.decoder_for(rows)
+        binding, version = self._bound.get(id(session), (None, -1))
+        if binding is None:
+            binding = session.io_binding()
+        if version != self.cache.version:
+            self.cache.bind(binding)
+            self._bound[id(session)] = (binding, self.cache.version)
+        binding.bind_cpu_input("tokens", self.tokens)
+        binding.bind_cpu_input("positions", self.positions)
+        self.engine.run_decoder(session, binding)
+        log_probs = self.cache.log_probs
 
         order = np.arange(rows)  # rows of the next step, as indices into this step's rows
         next_tokens = np.full(rows, self.engine.bos_id, np.int64)
@@ -681,23 +667,16 @@ class DecodeBatch:
         if order is None:
             self.positions = self.positions + 1
         else:
+            # Columns up to the parents' positions: this step's key/value included.
+            self.cache.gather(order, int(self.positions.max()) + 1, cross=False)
             self.positions = self.positions[order] + 1
         if idle:
             self.positions[idle] = 0
         if dead:
             self.positions[dead] = 0
-        # The cache is as wide as the longest history it ever held; once that row has left,
-        # columns beyond every row's history are dropped while copying anyway, or once they
-        # are most of the cache (a copy of its own).
-        past = self.self_keys[0].shape[2]
-        used = int(self.positions.max()) if len(self.positions) else 0
-        if order is None and past <= 2 * used + TRIM_SLACK:
-            return
-        self.self_keys = _select(self.self_keys, order, used)
-        self.self_values = _select(self.self_values, order, used)
 
     def _compact(self) -> None:
-        """Drop the holes' rows, and cache columns and source positions no row uses."""
+        """Drop the holes' rows."""
         order_list, row, live = [], 0, []
         for sentence in self.sentences:
             if not isinstance(sentence, _Hole):
@@ -707,85 +686,63 @@ class DecodeBatch:
         order = np.asarray(order_list, np.int64)
         self.sentences = live
         self._holes = False
+        columns = int(self.positions.max()) if len(self.positions) else 0
+        self.cache.gather(order, columns, cross=True)
         self.tokens, self.positions = self.tokens[order], self.positions[order]
-        src_mask = self.src_mask[order]
-        if len(order):
-            used = int(self.positions.max())
-            src_len = int(src_mask.any(axis=0).nonzero()[0].max()) + 1
-        else:
-            used = src_len = 0
-        self.src_mask = src_mask[:, :src_len]
-        self.self_keys = _select(self.self_keys, order, used)
-        self.self_values = _select(self.self_values, order, used)
-        self.cross_keys = np.take(self.cross_keys[:, :, :, :src_len], order, axis=1)
-        self.cross_values = np.take(self.cross_values[:, :, :, :src_len], order, axis=1)
+        mask = self.cache.src_mask[: len(order)]
+        src_width = int(mask.any(axis=0).nonzero()[0].max()) + 1 if mask.any() else 0
+        self.cache.shrink(int(self.positions.max()) + 1 if len(order) else 0, src_width)
 
     def _admit(self) -> None:
         """Encode the waiting sentences; each takes over a hole of its width when there is
         one, the rest are appended to the running rows."""
         e = self.engine
         new, self.waiting = self.waiting, []
-        src_len = max(len(s.source_ids) for s in new)
         cross_keys, cross_values, src_mask = self._encode([s.source_ids for s in new])
+        self.cache.reserve(self.cache.rows, src_width=src_mask.shape[1])
 
         if self._holes and all(isinstance(s, _Hole) for s in self.sentences):
-            self._compact()  # nothing running: start afresh rather than in old, wide rows
-        holes: dict[int, list[tuple[int, int]]] = {}  # width -> [(index, first row)]
-        row = 0
+            self._compact()  # nothing running: start afresh rather than in old rows
+        holes: dict[int, list[int]] = {}  # width -> [index in self.sentences]
         for index, sentence in enumerate(self.sentences):
             if isinstance(sentence, _Hole):
-                holes.setdefault(sentence.width, []).append((index, row))
-            row += sentence.width
+                holes.setdefault(sentence.width, []).append(index)
+        starts = np.cumsum([0] + [s.width for s in self.sentences])
         appended = []
-        if holes:
-            if src_len > self.src_mask.shape[1]:
-                self._widen_source(src_len)
-            for i, sentence in enumerate(new):
-                free = holes.get(sentence.width)
-                if not free:
-                    appended.append(i)
-                    continue
-                index, first = free.pop(0)
-                rows = slice(first, first + sentence.width)
-                self.sentences[index] = sentence
-                # Only this sentence's rows are written; the (masked) self cache stays as is.
-                self.cross_keys[:, rows, :, :src_len] = cross_keys[:, i : i + 1]
-                self.cross_keys[:, rows, :, src_len:] = 0.0
-                self.cross_values[:, rows, :, :src_len] = cross_values[:, i : i + 1]
-                self.cross_values[:, rows, :, src_len:] = 0.0
-                self.src_mask[rows, :src_len] = src_mask[i]
-                self.src_mask[rows, src_len:] = False
-                self.tokens[rows] = e.bos_id
-                self.positions[rows] = 0  # its cache is empty: the old rows' is never read
-            if not appended:
-                return
-            new = [new[i] for i in appended]
-            cross_keys, cross_values = cross_keys[:, appended], cross_values[:, appended]
-            src_mask = src_mask[appended]
-        # Each sentence gets beam_size identical rows.
-        repeat = np.asarray([s.width for s in new])
-        cross_keys = np.repeat(cross_keys, repeat, axis=1)
-        cross_values = np.repeat(cross_values, repeat, axis=1)
-        src_mask = np.repeat(src_mask, repeat, axis=0)
-        rows = int(repeat.sum())
-        width = max(src_len, self.src_mask.shape[1])
-        self.cross_keys = np.concatenate(
-            [_pad_axis(self.cross_keys, 3, width), _pad_axis(cross_keys, 3, width)], axis=1
-        )
-        self.cross_values = np.concatenate(
-            [_pad_axis(self.cross_values, 3, width), _pad_axis(cross_values, 3, width)], axis=1
-        )
-        self.src_mask = np.concatenate(
-            [_pad_axis(self.src_mask, 1, width), _pad_axis(src_mask, 1, width)], axis=0
-        )
-        # New rows' history starts now (position 0): their cache columns are never read.
-        past = self.self_keys[0].shape[2]
-        blank = np.zeros((rows, e.heads, past, e.head_dim), np.float32)
-        self.self_keys = [np.concatenate([layer, blank]) for layer in self.self_keys]
-        self.self_values = [np.concatenate([layer, blank]) for layer in self.self_values]
-        self.tokens = np.concatenate([self.tokens, np.full(rows, e.bos_id, np.int64)])
-        self.positions = np.concatenate([self.positions, np.zeros(rows, np.int64)])
-        self.sentences.extend(new)
+        for i, sentence in enumerate(new):
+            free = holes.get(sentence.width)
+            if not free:
+                appended.append(i)
+                continue
+            index = free.pop(0)
+            first = int(starts[index])
+            rows = slice(first, first + sentence.width)
+            self.sentences[index] = sentence
+            # Only this sentence's rows are written; its self cache is empty (position 0).
+            self._write_source(rows, cross_keys, cross_values, src_mask, i)
+            self.tokens[rows] = e.bos_id
+            self.positions[rows] = 0
+        if not appended:
+            return
+        first = self.cache.rows
+        added = sum(new[i].width for i in appended)
+        self.cache.reserve(first + added)
+        self.cache.set_rows(first + added)
+        for i in appended:
+            rows = slice(first, first + new[i].width)
+            self._write_source(rows, cross_keys, cross_values, src_mask, i)
+            self.sentences.append(new[i])
+            first += new[i].width
+        self.tokens = np.concatenate([self.tokens, np.full(added, e.bos_id, np.int64)])
+        self.positions = np.concatenate([self.positions, np.zeros(added, np.int64)])
+
+    def _write_source(self, rows: slice, keys: np.ndarray, values: np.ndarray,
+                      mask: np.ndarray, i: int) -> None:
+        """Sentence ``i``'s encoder outputs into ``rows`` (one per beam)."""
+        width = rows.stop - rows.start
+        self.cache.write_source(rows, np.repeat(keys[:, i : i + 1], width, axis=1),
+                                np.repeat(values[:, i : i + 1], width, axis=1),
+                                np.repeat(mask[i : i + 1], width, axis=0))
 
     def _encode(self, sources: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Cross keys/values and source mask of ``sources``, in order, padded to the longest.
@@ -821,8 +778,3 @@ class DecodeBatch:
         for row, ids in enumerate(sources):
             batch[row, : len(ids)] = ids
         return batch
-
-    def _widen_source(self, src_len: int) -> None:
-        self.cross_keys = _pad_axis(self.cross_keys, 3, src_len)
-        self.cross_values = _pad_axis(self.cross_values, 3, src_len)
-        self.src_mask = _pad_axis(self.src_mask, 1, src_len)

@@ -111,6 +111,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
                 np.asarray([token], np.int64), np.asarray([step], np.int64), keys, values,
                 cross_keys, cross_values, src_mask,
             ))
+            presents = presents[: 2 * layers]  # then the cross caches, passed through
             keys, values = np.stack(presents[0::2]), np.stack(presents[1::2])
             token = int(log_probs[0].argmax())
             if token == EOS_ID:

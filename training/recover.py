@@ -66,12 +66,11 @@ def _decoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
             rows = slice(j * d_model, (j + 1) * d_model)
             params[p + f"self_attn.w_{part}.weight"] = qkv_w[rows]
             params[p + f"self_attn.w_{part}.bias"] = qkv_b[rows]
-        params[p + "cross_attn.w_q.bias"] = inits[p + "cross_attn.qkv.bias"][:d_model]
         for linear in ("self_attn.w_o.", "cross_attn.w_q.", "cross_attn.w_o.",
                        "feed_forward.w_1.", "feed_forward.w_2."):
             params[p + linear + "weight"] = inits[p + linear + "weight"].T
-        for name in ("self_attn.w_o.bias", "cross_attn.w_o.bias", "feed_forward.w_1.bias",
-                     "feed_forward.w_2.bias"):
+        for name in ("self_attn.w_o.bias", "cross_attn.w_q.bias", "cross_attn.w_o.bias",
+                     "feed_forward.w_1.bias", "feed_forward.w_2.bias"):
             params[p + name] = inits[p + name]
         for norm in range(3):
             for part in ("weight", "bias"):

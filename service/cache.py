@@ -1,0 +1,172 @@
+"""The decoder's caches for one batch of rows, in buffers the graph reads and writes in place.
+
+Every attention in the decoder graph is onnxruntime's GroupQueryAttention, which reads each
+row's own number of cache columns and, when its cache output is bound to the very buffer of
+its cache input (onnxruntime's shared past/present buffers), writes this step's key/value into
+it instead of copying the whole cache into a new one. So the buffers here live as long as the
+batch, with spare rows and columns, and are bound once (``bind``) until their shape changes:
+
+* self keys/values, per layer [rows, heads, columns, head_dim]: a row's ``position`` earlier
+  tokens in columns 0 .. position - 1 (ONNX contract v3); the columns double when the longest
+  history needs more (from ``MIN_COLUMNS``, at most the model's positions);
+* cross keys/values, per layer [rows, heads, source width, head_dim], and the source mask:
+  written once when a sentence joins; each row's real length is its count of mask positions;
+* log-probs [rows, vocab], the step's output.
+
+Arrays bound to onnxruntime are views of the first ``rows`` rows of each buffer: contiguous,
+so onnxruntime reads and writes numpy's memory directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnxruntime as ort
+
+MIN_COLUMNS = 32
+MIN_ROWS = 8
+_versions = itertools.count(1)  # unique across caches: a binding records the one it holds
+
+
+def _grown(buffer: np.ndarray, rows: int, shape: tuple[int, ...], zeroed: bool = True,
+           ) -> np.ndarray:
+    """A buffer of ``shape`` holding ``buffer``'s first ``rows`` rows (and as much of its
+    other axes as fits); the rest zeroed, or left as it comes when nothing reads it."""
+    grown = np.zeros(shape, buffer.dtype) if zeroed else np.empty(shape, buffer.dtype)
+    kept = tuple(slice(0, min(a, b)) for a, b in zip(buffer.shape[1:], shape[1:], strict=True))
+    grown[(slice(0, rows), *kept)] = buffer[(slice(0, rows), *kept)]
+    return grown
+
+
+class BatchCache:
+    def __init__(self, layers: int, heads: int, head_dim: int, vocab: int,
+                 max_columns: int) -> None:
+        self.layers, self.heads, self.head_dim, self.vocab = layers, heads, head_dim, vocab
+        self.max_columns = max_columns
+        self.rows = 0
+        self.self_keys = [self._empty(0) for _ in range(layers)]
+        self.self_values = [self._empty(0) for _ in range(layers)]
+        self.cross_keys = [self._empty(0) for _ in range(layers)]
+        self.cross_values = [self._empty(0) for _ in range(layers)]
+        self.src_mask = np.zeros((0, 0), bool)
+        self.log_probs_buffer = np.zeros((0, vocab), np.float32)
+        self.version = next(_versions)  # changes whenever a bound array would: rebind
+
+    def _empty(self, columns: int, rows: int = 0) -> np.ndarray:
+        return np.zeros((rows, self.heads, columns, self.head_dim), np.float32)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.log_probs_buffer)
+
+    @property
+    def columns(self) -> int:
+        return self.self_keys[0].shape[2]
+
+    @property
+    def src_width(self) -> int:
+        return self.src_mask.shape[1]
+
+    @property
+    def log_probs(self) -> np.ndarray:
+        return self.log_probs_buffer[: self.rows]
+
+    # -- shape changes (each a copy of what is kept, and a rebind) -------------------------
+    def reserve(self, rows: int, columns: int = 0, src_width: int = 0) -> None:
+        """Make room for ``rows`` rows, ``columns`` self-cache columns and a source of
+        ``src_width`` positions, keeping the first ``self.rows`` rows."""
+        capacity = self.capacity
+        if rows > capacity:  # a first batch as it comes; growing running ones, double
+            capacity = max(MIN_ROWS, rows, 2 * capacity if self.rows else 0)
+        if columns > self.columns:
+            columns = min(max(columns, MIN_COLUMNS, 2 * self.columns), self.max_columns)
+        columns = max(columns, self.columns)
+        src_width = max(src_width, self.src_width)
+        if (capacity, columns) != (self.capacity, self.columns):
+            # Only columns before a row's position are read: nothing to zero.
+            shape = (capacity, self.heads, columns, self.head_dim)
+            self.self_keys = [_grown(b, self.rows, shape, False) for b in self.self_keys]
+            self.self_values = [_grown(b, self.rows, shape, False) for b in self.self_values]
+            self.version = next(_versions)
+        if (capacity, src_width) != (self.capacity, self.src_width):
+            shape = (capacity, self.heads, src_width, self.head_dim)
+            self.cross_keys = [_grown(b, self.rows, shape) for b in self.cross_keys]
+            self.cross_values = [_grown(b, self.rows, shape) for b in self.cross_values]
+            self.src_mask = _grown(self.src_mask, self.rows, (capacity, src_width))
+            self.version = next(_versions)
+        if capacity != self.capacity:
+            self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
+            self.version = next(_versions)
+
+    def shrink(self, columns: int, src_width: int) -> None:
+        """Give memory back when the buffers hold over four times what the rows need (a batch
+        that once ran long or wide sentences, or many rows, keeps its buffers otherwise)."""
+        rows = max(self.rows, MIN_ROWS)
+        columns, src_width = max(columns, MIN_COLUMNS), max(src_width, MIN_COLUMNS)
+        if (self.capacity <= 4 * rows and self.columns <= 4 * columns
+                and self.src_width <= 4 * src_width):
+            return
+        shape = (rows, self.heads, columns, self.head_dim)
+        self.self_keys = [_grown(b, self.rows, shape, False) for b in self.self_keys]
+        self.self_values = [_grown(b, self.rows, shape, False) for b in self.self_values]
+        shape = (rows, self.heads, src_width, self.head_dim)
+        self.cross_keys = [_grown(b, self.rows, shape) for b in self.cross_keys]
+        self.cross_values = [_grown(b, self.rows, shape) for b in self.cross_values]
+        self.src_mask = _grown(self.src_mask, self.rows, (rows, src_width))
+        self.log_probs_buffer = np.zeros((rows, self.vocab), np.float32)
+        self.version = next(_versions)
+
+    def set_rows(self, rows: int) -> None:
+        if rows > self.capacity:
+            raise ValueError(f"{rows} rows, room for {self.capacity}: reserve first")
+        if rows != self.rows:
+            self.rows = rows
+            self.version = next(_versions)
+
+    def write_source(self, rows: slice, keys: np.ndarray, values: np.ndarray,
+                     mask: np.ndarray) -> None:
+        """The encoder's outputs ([layers, n, heads, src, head_dim] and [n, src]) into ``rows``;
+        columns past ``src`` are never read (the mask says where each source ends)."""
+        width = mask.shape[1]
+        for layer in range(self.layers):
+            self.cross_keys[layer][rows, :, :width] = keys[layer]
+            self.cross_values[layer][rows, :, :width] = values[layer]
+        self.src_mask[rows, :width] = mask
+        self.src_mask[rows, width:] = False
+
+    def gather(self, order: np.ndarray, columns: int, cross: bool) -> None:
+        """Rows ``order`` become rows 0 .. len(order) - 1 (beams taking their parents' history,
+        or holes dropped): the first ``columns`` self-cache columns, and with ``cross`` the
+        cross caches too (beams share their sentence's source, so they need not)."""
+        count = len(order)
+        for buffers in (self.self_keys, self.self_values):
+            for buffer in buffers:
+                buffer[:count, :, :columns] = buffer[order, :, :columns]
+        if cross:
+            for buffers in (self.cross_keys, self.cross_values):
+                for buffer in buffers:
+                    buffer[:count] = buffer[order]
+            self.src_mask[:count] = self.src_mask[order]
+        self.set_rows(count)
+
+    # -- onnxruntime ----------------------------------------------------------------------
+    def bind(self, binding: ort.IOBinding) -> None:
+        """Bind every cache (input and output: the same buffer) and the log-probs output."""
+        rows = self.rows
+        for layer in range(self.layers):
+            for name, buffers in (("self_keys", self.self_keys),
+                                  ("self_values", self.self_values),
+                                  ("cross_keys", self.cross_keys),
+                                  ("cross_values", self.cross_values)):
+                value = ort.OrtValue.ortvalue_from_numpy(buffers[layer][:rows])
+                binding.bind_ortvalue_input(f"{name}_{layer}", value)
+                # present_keys_i for self_keys_i, present_cross_keys_i for cross_keys_i
+                output = "present_" + name.removeprefix("self_")
+                binding.bind_ortvalue_output(f"{output}_{layer}", value)
+        binding.bind_ortvalue_output(
+            "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[:rows])
+        )
+        binding.bind_ortvalue_input(
+            "src_mask", ort.OrtValue.ortvalue_from_numpy(self.src_mask[:rows])
+        )

@@ -199,7 +199,8 @@ def test_report_counts_add_up(tmp_path):
     report = prepare_corpus(config, progress=False)
     for counts in [*report["files"].values(), report["total"]]:
         assert counts["kept"] + sum(counts[f] for f in FILTERS) == counts["read"]
-        assert counts["train"] + counts["dev"] + counts["test"] == counts["kept"]
+        held = counts["train"] + counts["dev"] + counts["test"]
+        assert held + counts["train_ratio"] == counts["kept"]
     total = report["total"]
     assert total["read"] == sum(len(_lines(p)) for p in (NOISY, OVERFIT, SHARED))
     splits = report["splits"]
@@ -441,3 +442,19 @@ def test_reused_heldout_sets_stay_fixed_when_the_filters_change(tmp_path):
     for side in (0, 1):
         assert not {normalise(p[side]) for p in train} & {normalise(p[side]) for p in heldout}
     assert "reused" in format_report(report)
+
+
+def test_a_train_only_ratio_keeps_dev_and_test_and_counts_what_it_drops(tmp_path):
+    loose = _split_config(tmp_path, "loose")
+    prepare_corpus(loose, progress=False)
+    strict = _split_config(tmp_path, "strict", filters=FilterConfig(train_max_ratio=1.3))
+    report = prepare_corpus(strict, progress=False)
+    for name in ("dev.tsv", "test.tsv"):
+        assert _split_files(strict.out_dir)[name] == _split_files(loose.out_dir)[name]
+    loose_train = set(read_tsv(Path(loose.out_dir) / "train.tsv"))
+    strict_train = set(read_tsv(Path(strict.out_dir) / "train.tsv"))
+    dropped = loose_train - strict_train
+    assert dropped and strict_train < loose_train
+    assert all((max(len(s), len(t)) + 1) / (min(len(s), len(t)) + 1) > 1.3 for s, t in dropped)
+    assert report["total"]["train_ratio"] == len(dropped)
+    assert "tr.ratio" in format_report(report)

@@ -33,6 +33,9 @@ class FilterConfig:
     min_tokens: int = 1  # whitespace tokens, per side
     max_tokens: int = 120
     max_ratio: float = 3.0  # longer side / shorter side, in characters (+1 smoothing)
+    # A stricter ratio for train only (0: max_ratio), applied after the split, so that dev and
+    # test, drawn under max_ratio, stay the same sentences when it changes.
+    train_max_ratio: float = 0.0
     drop_source_equals_target: bool = True
     dedupe: bool = True  # exact and normalised (case, punctuation, digits folded) duplicates
 

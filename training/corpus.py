@@ -309,8 +309,13 @@ def _write_tsv(path: Path, pairs: Iterable[tuple[str, str]]) -> None:
 
 
 def _new_counts() -> dict[str, int]:
-    return {"read": 0, **dict.fromkeys(FILTERS, 0), "kept": 0,
+    return {"read": 0, **dict.fromkeys(FILTERS, 0), "kept": 0, "train_ratio": 0,
             "train": 0, "dev": 0, "test": 0, "train_weighted": 0}
+
+
+def _length_ratio(src: str, tgt: str) -> float:
+    shorter, longer = sorted((len(src), len(tgt)))
+    return (longer + 1) / (shorter + 1)
 
 
 def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
@@ -357,8 +362,7 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
             if max(src_tokens, tgt_tokens) > flt.max_tokens:
                 counts["too_long"] += 1
                 continue
-            shorter, longer = sorted((len(src), len(tgt)))
-            if (longer + 1) / (shorter + 1) > flt.max_ratio:
+            if _length_ratio(src, tgt) > flt.max_ratio:
                 counts["ratio"] += 1
                 continue
             norm_src, norm_tgt = normalise(src), normalise(tgt)
@@ -416,6 +420,13 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
             "in components of <= %d pairs outside data.heldout_exclude", len(dev),
             config.dev_size, len(test), config.test_size, MAX_HELDOUT_COMPONENT,
         )
+
+    if flt.train_max_ratio:
+        kept = [i for i in train if _length_ratio(sources[i], targets[i]) <= flt.train_max_ratio]
+        dropped = set(train) - set(kept)
+        for i in dropped:
+            per_file[origin[i]]["train_ratio"] += 1
+        train = kept
 
     for split_name, members in (("train", train), ("dev", dev), ("test", test)):
         for i in members:
@@ -476,6 +487,7 @@ _COLUMNS = (
     ("duplicate_exact", "dup"),
     ("duplicate_normalised", "normdup"),
     ("kept", "kept"),
+    ("train_ratio", "tr.ratio"),
     ("train", "train"),
     ("dev", "dev"),
     ("test", "test"),

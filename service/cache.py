@@ -140,14 +140,19 @@ class BatchCache:
         or holes dropped): the first ``columns`` self-cache columns, and with ``cross`` the
         cross caches too (beams share their sentence's source, so they need not)."""
         count = len(order)
-        for buffers in (self.self_keys, self.self_values):
-            for buffer in buffers:
-                buffer[:count, :, :columns] = buffer[order, :, :columns]
-        if cross:
-            for buffers in (self.cross_keys, self.cross_values):
+        # Only rows whose source differs are copied (most beams keep their own parent); the
+        # right-hand side is gathered first, so rows that swap are safe.
+        moved = np.flatnonzero(order != np.arange(count))
+        sources = order[moved]
+        if len(moved):
+            for buffers in (self.self_keys, self.self_values):
                 for buffer in buffers:
-                    buffer[:count] = buffer[order]
-            self.src_mask[:count] = self.src_mask[order]
+                    buffer[moved, :, :columns] = buffer[sources, :, :columns]
+            if cross:
+                for buffers in (self.cross_keys, self.cross_values):
+                    for buffer in buffers:
+                        buffer[moved] = buffer[sources]
+                self.src_mask[moved] = self.src_mask[sources]
         self.set_rows(count)
 
     # -- onnxruntime ----------------------------------------------------------------------

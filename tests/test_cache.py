@@ -49,3 +49,11 @@ def test_a_batch_that_ran_long_gives_its_memory_back() -> None:
     assert after * 20 < before
     assert (cache.self_keys[0][1, :, :5] == 1).all()
     assert (cache.cross_keys[1][2, :, :6] == 102).all()
+
+
+def test_gather_handles_rows_that_swap_or_stay() -> None:
+    cache = _cache()
+    cache.gather(np.array([1, 0, 2]), columns=5, cross=True)
+    assert [int(cache.self_keys[0][row, 0, 0, 0]) for row in range(3)] == [1, 0, 2]
+    cache.gather(np.array([0, 0, 1]), columns=5, cross=False)  # beams: a parent twice
+    assert [int(cache.self_keys[1][row, 0, 0, 0]) for row in range(3)] == [11, 11, 10]

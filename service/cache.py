@@ -76,6 +76,8 @@ class BatchCache:
     def reserve(self, rows: int, columns: int = 0, src_width: int = 0) -> None:
         """Make room for ``rows`` rows, ``columns`` self-cache columns and a source of
         ``src_width`` positions, keeping the first ``self.rows`` rows."""
+        if rows <= self.capacity and columns <= self.columns and src_width <= self.src_width:
+            return  # every step asks; almost always there is room
         capacity = self.capacity
         if rows > capacity:  # a first batch as it comes; growing running ones, double
             capacity = max(MIN_ROWS, rows, 2 * capacity if self.rows else 0)

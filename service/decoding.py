@@ -519,7 +519,7 @@ class DecodeBatch:
         self._ban_repeats(log_probs)
         # One argmax over the whole block for the greedy rows (cheaper than one per row).
         best_ids = log_probs.argmax(axis=1)
-        picked = log_probs[order, best_ids].tolist()
+        picked = log_probs.max(axis=1).tolist()  # the argmax's values, cheaper than indexing
         best = best_ids.tolist()
         for index, sentence in enumerate(self.sentences):
             width = sentence.width

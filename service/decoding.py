@@ -699,10 +699,10 @@ class DecodeBatch:
         e = self.engine
         new, self.waiting = self.waiting, []
         cross_keys, cross_values, src_mask = self._encode([s.source_ids for s in new])
-        self.cache.reserve(self.cache.rows, src_width=src_mask.shape[1])
-
         if self._holes and all(isinstance(s, _Hole) for s in self.sentences):
             self._compact()  # nothing running: start afresh rather than in old rows
+        # After compacting, which may have given back the width of sources that left.
+        self.cache.reserve(self.cache.rows, src_width=src_mask.shape[1])
         holes: dict[int, list[int]] = {}  # width -> [index in self.sentences]
         for index, sentence in enumerate(self.sentences):
             if isinstance(sentence, _Hole):

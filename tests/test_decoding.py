@@ -428,3 +428,23 @@ def test_a_sentence_joins_a_running_batch_at_once(engine: Engine, pairs) -> None
     batch.add("b", engine.tokenize(pairs[1][0]), DecodeOptions())
     batch.step()
     assert not batch.waiting and [s.key for s in batch.sentences] == ["a", "b"]
+
+
+def test_a_wide_source_joins_a_drained_batch_that_gave_its_memory_back(engine: Engine,
+                                                                       pairs) -> None:
+    """A batch whose rows all left compacts (and may shrink its buffers) when a newcomer
+    arrives: the newcomer's source must still fit, however wide."""
+    long_source = " ".join(s for s, _ in pairs[:4])
+    ids = engine.tokenize(long_source)
+    assert 32 < len(ids) <= engine.max_source_tokens
+    expected = engine.translate([long_source])[0].text
+    batch = engine.new_batch()
+    batch.add("short", engine.tokenize(pairs[0][0]), DecodeOptions())
+    while len(batch):
+        batch.step()
+    batch.cache.reserve(batch.cache.rows, src_width=200)  # as if a wide source had run here
+    batch.add("long", ids, DecodeOptions())
+    results: dict = {}
+    while len(batch):
+        results.update(batch.step())
+    assert results["long"].text == expected

@@ -45,16 +45,14 @@ class BatchCache:
         self.layers, self.heads, self.head_dim, self.vocab = layers, heads, head_dim, vocab
         self.max_columns = max_columns
         self.rows = 0
-        self.self_keys = [self._empty(0) for _ in range(layers)]
-        self.self_values = [self._empty(0) for _ in range(layers)]
-        self.cross_keys = [self._empty(0) for _ in range(layers)]
-        self.cross_values = [self._empty(0) for _ in range(layers)]
+        empty = np.zeros((0, heads, 0, head_dim), np.float32)  # replaced, never written
+        self.self_keys = [empty] * layers
+        self.self_values = [empty] * layers
+        self.cross_keys = [empty] * layers
+        self.cross_values = [empty] * layers
         self.src_mask = np.zeros((0, 0), bool)
         self.log_probs_buffer = np.zeros((0, vocab), np.float32)
         self.version = next(_versions)  # changes whenever a bound array would: rebind
-
-    def _empty(self, columns: int, rows: int = 0) -> np.ndarray:
-        return np.zeros((rows, self.heads, columns, self.head_dim), np.float32)
 
     @property
     def capacity(self) -> int:
@@ -83,8 +81,20 @@ class BatchCache:
             capacity = max(MIN_ROWS, rows, 2 * capacity if self.rows else 0)
         if columns > self.columns:
             columns = min(max(columns, MIN_COLUMNS, 2 * self.columns), self.max_columns)
-        columns = max(columns, self.columns)
-        src_width = max(src_width, self.src_width)
+        self._reallocate(capacity, max(columns, self.columns), max(src_width, self.src_width))
+
+    def shrink(self, columns: int, src_width: int) -> None:
+        """Give memory back when the buffers hold over four times what the rows need (a batch
+        that once ran long or wide sentences, or many rows, keeps its buffers otherwise)."""
+        rows = max(self.rows, MIN_ROWS)
+        columns, src_width = max(columns, MIN_COLUMNS), max(src_width, MIN_COLUMNS)
+        if (self.capacity > 4 * rows or self.columns > 4 * columns
+                or self.src_width > 4 * src_width):
+            self._reallocate(rows, columns, src_width)
+
+    def _reallocate(self, capacity: int, columns: int, src_width: int) -> None:
+        """Buffers of these sizes holding the first ``self.rows`` rows; only those whose shape
+        changes are copied."""
         if (capacity, columns) != (self.capacity, self.columns):
             # Only columns before a row's position are read: nothing to zero.
             shape = (capacity, self.heads, columns, self.head_dim)
@@ -100,24 +110,6 @@ class BatchCache:
         if capacity != self.capacity:
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
-
-    def shrink(self, columns: int, src_width: int) -> None:
-        """Give memory back when the buffers hold over four times what the rows need (a batch
-        that once ran long or wide sentences, or many rows, keeps its buffers otherwise)."""
-        rows = max(self.rows, MIN_ROWS)
-        columns, src_width = max(columns, MIN_COLUMNS), max(src_width, MIN_COLUMNS)
-        if (self.capacity <= 4 * rows and self.columns <= 4 * columns
-                and self.src_width <= 4 * src_width):
-            return
-        shape = (rows, self.heads, columns, self.head_dim)
-        self.self_keys = [_grown(b, self.rows, shape, False) for b in self.self_keys]
-        self.self_values = [_grown(b, self.rows, shape, False) for b in self.self_values]
-        shape = (rows, self.heads, src_width, self.head_dim)
-        self.cross_keys = [_grown(b, self.rows, shape) for b in self.cross_keys]
-        self.cross_values = [_grown(b, self.rows, shape) for b in self.cross_values]
-        self.src_mask = _grown(self.src_mask, self.rows, (rows, src_width))
-        self.log_probs_buffer = np.zeros((rows, self.vocab), np.float32)
-        self.version = next(_versions)
 
     def set_rows(self, rows: int) -> None:
         if rows > self.capacity:

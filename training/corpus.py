@@ -399,12 +399,11 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     # The dedupe and linking tables are the biggest structures; free them before splitting.
     del seen_exact, seen_normalised, first_with_source, first_with_target
 
-    reused: dict[str, list[tuple[str, str]]] = {}
-    if config.heldout_from:
-        reused = {name: read_tsv(Path(config.heldout_from) / f"{name}.tsv")
-                  for name in ("dev", "test")}
-        train, component_stats = _train_outside(uf, sources, targets,
-                                                reused["dev"] + reused["test"])
+    reused = bool(config.heldout_from)
+    if reused:
+        dev_pairs, test_pairs = (read_tsv(Path(config.heldout_from) / f"{name}.tsv")
+                                 for name in ("dev", "test"))
+        train, component_stats = _train_outside(uf, sources, targets, dev_pairs + test_pairs)
         dev, test = [], []
     else:
         excluded = [any(part in source.path for part in config.heldout_exclude)
@@ -413,6 +412,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
             uf, pair_hashes, origin, excluded, config.dev_size, config.test_size,
             config.heldout_per_source,
         )
+        dev_pairs = [(sources[i], targets[i]) for i in dev]
+        test_pairs = [(sources[i], targets[i]) for i in test]
     del uf, pair_hashes
     if not reused and (len(dev) < config.dev_size or len(test) < config.test_size):
         logger.warning(
@@ -422,10 +423,12 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
         )
 
     if flt.train_max_ratio:
-        kept = [i for i in train if _length_ratio(sources[i], targets[i]) <= flt.train_max_ratio]
-        dropped = set(train) - set(kept)
-        for i in dropped:
-            per_file[origin[i]]["train_ratio"] += 1
+        kept = []
+        for i in train:
+            if _length_ratio(sources[i], targets[i]) <= flt.train_max_ratio:
+                kept.append(i)
+            else:
+                per_file[origin[i]]["train_ratio"] += 1
         train = kept
 
     for split_name, members in (("train", train), ("dev", dev), ("test", test)):
@@ -447,9 +450,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     random.Random(config.seed).shuffle(weighted)
 
     _write_tsv(out_dir / "train.tsv", ((sources[i], targets[i]) for i in weighted))
-    _write_tsv(out_dir / "dev.tsv", reused.get("dev") or ((sources[i], targets[i]) for i in dev))
-    _write_tsv(out_dir / "test.tsv",
-               reused.get("test") or ((sources[i], targets[i]) for i in test))
+    _write_tsv(out_dir / "dev.tsv", dev_pairs)
+    _write_tsv(out_dir / "test.tsv", test_pairs)
 
     total = _new_counts()
     for counts in per_file:
@@ -459,9 +461,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
         "files": {source.path: counts for source, counts in zip(config.sources, per_file,
                                                                 strict=True)},
         "total": total,
-        "splits": {"train": len(train), "train_weighted": len(weighted),
-                   "dev": len(reused["dev"]) if reused else len(dev),
-                   "test": len(reused["test"]) if reused else len(test)},
+        "splits": {"train": len(train), "train_weighted": len(weighted), "dev": len(dev_pairs),
+                   "test": len(test_pairs)},
         "components": {**component_stats, "max_heldout_component": MAX_HELDOUT_COMPONENT},
         "config": dataclasses.asdict(config),
         "seconds": round(time.monotonic() - started, 1),

@@ -182,13 +182,12 @@ def _fused_decoder_graph(model: Transformer):
     # Cross-attention: each row's source length (at least 1: an idle row's mask may be
     # empty), the index of its last source position, broadcast to [batch, heads, 1, head_dim]
     # for GatherElements, and the longest.
-    const("axis_1", np.array([1], np.int64))
     const("column", np.array([-1, 1, 1, 1], np.int64))
     const("head_shape", np.array([heads, 1, config.head_dim], np.int64))
     const("zero_1", np.array([0], np.int64))
     const("context_shape", np.array([0, 1, d_model], np.int64))
     mask_i64 = node("Cast", ["src_mask"], ["src_mask_i64"], to=TensorProto.INT64)
-    src_lengths = node("Max", [node("ReduceSum", [mask_i64, "axis_1"], ["src_count"],
+    src_lengths = node("Max", [node("ReduceSum", [mask_i64, "axis1"], ["src_count"],
                                     keepdims=0), "one"], ["src_lengths"])
     last = node("Sub", [src_lengths, "one"], ["src_last"])
     src_last = node("Cast", [last], ["src_last_i32"], to=TensorProto.INT32)

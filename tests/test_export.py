@@ -182,31 +182,35 @@ def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: 
 
 
 def test_int8_graphs_multiply_in_integers(tiny_bundle: Path) -> None:
-    """Every matrix product that had a float weight reads int8 weights and a uint8 activation
-    quantised with a constant scale (the batch-invariant static form)."""
+    """Every matrix product that had a float weight is an integer one reading int8 weights
+    and a uint8 activation quantised with a constant scale (the batch-invariant static form),
+    and takes its bias itself rather than leaving an Add behind it."""
     import onnx
 
     for name in ("encoder", "decoder"):
         fp32 = onnx.load(str(tiny_bundle / f"{name}.onnx"))
         fp32_weights = {init.name for init in fp32.graph.initializer}
-        weighted = {n.output[0] for n in fp32.graph.node
-                    if n.op_type == "MatMul" and n.input[1] in fp32_weights}
+        weighted = [n for n in fp32.graph.node
+                    if n.op_type == "MatMul" and n.input[1] in fp32_weights]
         int8 = onnx.load(str(tiny_bundle / f"{name}.int8.onnx"))
         weights = {init.name: init for init in int8.graph.initializer}
         producers = {out: n for n in int8.graph.node for out in n.output}
-        quantized = set()
-        for node in int8.graph.node:
-            if node.op_type != "MatMul" or node.output[0] not in weighted:
-                continue
-            activation, weight = (producers[i] for i in node.input)
-            assert weight.op_type == "DequantizeLinear"
-            assert weights[weight.input[0]].data_type == onnx.TensorProto.INT8
-            assert activation.op_type == "DequantizeLinear"
-            quantize = producers[activation.input[0]]
+        products = [n for n in int8.graph.node if n.op_type == "MatMulIntegerToFloat"]
+        assert weighted and len(products) == len(weighted)
+        assert not any(n.op_type == "MatMul" and n.input[1] in weights for n in int8.graph.node)
+        for node in products:
+            assert weights[node.input[1]].data_type == onnx.TensorProto.INT8
+            quantize = producers[node.input[0]]
             assert quantize.op_type == "QuantizeLinear"
             assert all(i in weights for i in quantize.input[1:])  # constant scale and zero
-            quantized.add(node.output[0])
-        assert weighted and quantized == weighted
+            assert node.input[2] in weights and node.input[4] in weights
+        readers = {i: n for n in int8.graph.node for i in n.input}
+        assert not any(readers.get(n.output[0]) is not None
+                       and readers[n.output[0]].op_type == "Add"
+                       and any(i in weights for i in readers[n.output[0]].input)
+                       for n in products)
+        if name == "decoder":  # Q/K/V, cross Q and the first feed-forward layer have biases
+            assert sum(len(n.input) == 7 for n in products) >= 3
 
 
 def test_int8_export_names_missing_calibration_sentences(tiny_checkpoint: Path,
@@ -246,6 +250,8 @@ def test_a_weight_read_by_two_products_is_quantised_once(tmp_path: Path) -> None
                    types.SimpleNamespace(low={"x": -1.0}, high={"x": 1.0}))
     int8 = onnx.load(str(tmp_path / "int8.onnx"))
     onnx.checker.check_model(int8)
-    assert [n.op_type for n in int8.graph.node].count("DequantizeLinear") == 2  # x and w
+    ops = [n.op_type for n in int8.graph.node]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("MatMulIntegerToFloat") == 2
+    assert len([i for i in int8.graph.initializer if i.data_type == onnx.TensorProto.INT8]) == 1
     y = ort.InferenceSession(str(tmp_path / "int8.onnx")).run(None, {"x": x})[0]
     np.testing.assert_allclose(y, 2 * x @ w, atol=0.1)

@@ -1,14 +1,17 @@
 """A model bundle: the only thing training and serving share.
 
-ONNX contract v3 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
+ONNX contract v4 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
 
 ``encoder.onnx``  src_tokens int64 [batch, src_len]
                   -> cross_keys, cross_values float [layers, batch, heads, src_len, head_dim]
                      (every decoder layer's cross-attention keys/values, computed once),
-                     src_mask bool [batch, src_len] (True = real token)
-``decoder.onnx``  tokens, positions int64 [batch]; src_mask; and per layer ``self_keys_i``,
-                  ``self_values_i`` [batch, heads, past, head_dim], ``cross_keys_i``,
-                  ``cross_values_i`` [batch, heads, src_len, head_dim]
+                     src_mask bool [batch, src_len] (True = real token),
+                     cross_last float [batch, 1, layers * 2 * d_model] (each row's key and
+                     value at its last real source position: layer 0's key, its value,
+                     layer 1's key, ...; see below)
+``decoder.onnx``  tokens, positions int64 [batch]; src_mask; cross_last; and per layer
+                  ``self_keys_i``, ``self_values_i`` [batch, heads, past, head_dim],
+                  ``cross_keys_i``, ``cross_values_i`` [batch, heads, src_len, head_dim]
                   -> log_probs float [batch, vocab]; per layer ``present_keys_i``,
                      ``present_values_i`` [batch, heads, max(past, max(positions) + 1),
                      head_dim] (fed back), then ``present_cross_keys_i``,
@@ -20,12 +23,16 @@ never read. So each row attends over its own history only, whatever the others' 
 that joined at different steps cost no masked columns, and their numbers do not depend on their
 neighbours (onnxruntime's GroupQueryAttention reads ``positions`` as per-row cache lengths).
 Cross-attention likewise reads each row's real source positions only (``src_mask``), not the
-batch's padded width. Every present output may be bound to its input's buffer, and is then
-written in place (no copy of the cache per step); unbound, it is a copy.
+batch's padded width. The kernel that does it appends a "new" key/value to each row's cache,
+so the row's last source key/value is passed again as that: ``cross_last``, which the encoder
+computes once per sentence (v3 gathered it from the caches in the decoder, 25 kernels a step).
+Every present output may be bound to its input's buffer, and is then written in place (no copy
+of the cache per step); unbound, it is a copy.
 
-v2 kept every row's history right-aligned in one shared width with a self mask: a row that
-joined late attended over the masked columns of the oldest row's history (serving 64 clients,
-4x the columns a row needed). v1 stacked the caches [layers, ...], copying them three times a step.
+v3 differed only in gathering ``cross_last`` inside the decoder step. v2 kept every row's
+history right-aligned in one shared width with a self mask: a row that joined late attended
+over the masked columns of the oldest row's history (serving 64 clients, 4x the columns a row
+needed). v1 stacked the caches [layers, ...], copying them three times a step.
 
 ``manifest.json`` records the contract version, languages, special ids, dimensions, the
 variants (fp32, int8) and the sha256 of every file. Its optional ``decoding`` holds the
@@ -42,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 CACHE_INPUTS = ("self_keys", "self_values", "cross_keys", "cross_values")
 MANIFEST = "manifest.json"
 # How to decode this model well; beam size and lengths stay the server's resource policy.
@@ -64,7 +71,7 @@ REQUIRED_KEYS = (
 def decoder_inputs(layers: int) -> list[str]:
     """The decoder graph's input names, in order."""
     per_layer = [f"{name}_{i}" for i in range(layers) for name in CACHE_INPUTS]
-    return ["tokens", "positions", "src_mask", *per_layer]
+    return ["tokens", "positions", "src_mask", "cross_last", *per_layer]
 
 
 def decoder_outputs(layers: int) -> list[str]:
@@ -83,12 +90,14 @@ def per_layer(name: str, arrays: Sequence[Any]) -> dict[str, Any]:
 
 def decoder_feeds(tokens: Any, positions: Any, self_keys: Sequence[Any],
                   self_values: Sequence[Any], cross_keys: Sequence[Any],
-                  cross_values: Sequence[Any], src_mask: Any) -> dict[str, Any]:
+                  cross_values: Sequence[Any], src_mask: Any, cross_last: Any,
+                  ) -> dict[str, Any]:
     """The decoder graph's feeds; each cache is a list of layers or a stacked array."""
     return {
         "tokens": tokens,
         "positions": positions,
         "src_mask": src_mask,
+        "cross_last": cross_last,
         **per_layer("self_keys", self_keys),
         **per_layer("self_values", self_values),
         **per_layer("cross_keys", cross_keys),

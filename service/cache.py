@@ -7,10 +7,11 @@ it instead of copying the whole cache into a new one. So the buffers here live a
 batch, with spare rows and columns, and are bound once (``bind``) until their shape changes:
 
 * self keys/values, per layer [rows, heads, columns, head_dim]: a row's ``position`` earlier
-  tokens in columns 0 .. position - 1 (ONNX contract v3); the columns double when the longest
+  tokens in columns 0 .. position - 1 (the ONNX contract); the columns double when the longest
   history needs more (from ``MIN_COLUMNS``, at most the model's positions);
-* cross keys/values, per layer [rows, heads, source width, head_dim], and the source mask:
-  written once when a sentence joins; each row's real length is its count of mask positions;
+* cross keys/values, per layer [rows, heads, source width, head_dim], the source mask and
+  ``cross_last`` [rows, 1, layers * 2 * d_model]: written once when a sentence joins; each
+  row's real length is its count of mask positions;
 * log-probs [rows, vocab], the step's output.
 
 Arrays bound to onnxruntime are views of the first ``rows`` rows of each buffer: contiguous,
@@ -51,6 +52,7 @@ class BatchCache:
         self.cross_keys = [empty] * layers
         self.cross_values = [empty] * layers
         self.src_mask = np.zeros((0, 0), bool)
+        self.cross_last = np.zeros((0, 1, layers * 2 * heads * head_dim), np.float32)
         self.log_probs_buffer = np.zeros((0, vocab), np.float32)
         self.version = next(_versions)  # changes whenever a bound array would: rebind
 
@@ -108,6 +110,9 @@ class BatchCache:
             self.src_mask = _grown(self.src_mask, self.rows, (capacity, src_width))
             self.version = next(_versions)
         if capacity != self.capacity:
+            self.cross_last = _grown(self.cross_last, self.rows,
+                                     (capacity, *self.cross_last.shape[1:]))
+        if capacity != self.capacity:
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
 
@@ -119,15 +124,17 @@ class BatchCache:
             self.version = next(_versions)
 
     def write_source(self, rows: slice, keys: np.ndarray, values: np.ndarray,
-                     mask: np.ndarray) -> None:
-        """The encoder's outputs ([layers, n, heads, src, head_dim] and [n, src]) into ``rows``;
-        columns past ``src`` are never read (the mask says where each source ends)."""
+                     mask: np.ndarray, last: np.ndarray) -> None:
+        """The encoder's outputs ([layers, n, heads, src, head_dim], [n, src] and
+        [n, 1, layers * 2 * d_model]) into ``rows``; columns past ``src`` are never read (the
+        mask says where each source ends)."""
         width = mask.shape[1]
         for layer in range(self.layers):
             self.cross_keys[layer][rows, :, :width] = keys[layer]
             self.cross_values[layer][rows, :, :width] = values[layer]
         self.src_mask[rows, :width] = mask
         self.src_mask[rows, width:] = False
+        self.cross_last[rows] = last
 
     def gather(self, order: np.ndarray, columns: int, cross: bool) -> None:
         """Rows ``order`` become rows 0 .. len(order) - 1 (beams taking their parents' history,
@@ -147,6 +154,7 @@ class BatchCache:
                     for buffer in buffers:
                         buffer[moved] = buffer[sources]
                 self.src_mask[moved] = self.src_mask[sources]
+                self.cross_last[moved] = self.cross_last[sources]
         self.set_rows(count)
 
     # -- onnxruntime ----------------------------------------------------------------------
@@ -166,6 +174,7 @@ class BatchCache:
         binding.bind_ortvalue_output(
             "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[:rows])
         )
-        binding.bind_ortvalue_input(
-            "src_mask", ort.OrtValue.ortvalue_from_numpy(self.src_mask[:rows])
-        )
+        for name in ("src_mask", "cross_last"):
+            binding.bind_ortvalue_input(
+                name, ort.OrtValue.ortvalue_from_numpy(getattr(self, name)[:rows])
+            )

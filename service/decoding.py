@@ -12,11 +12,11 @@ answer the step they finish, which is what the service's scheduler builds on; th
 until a newcomer takes them over (see ``_Hole``). ``translate`` uses the same machinery, so
 offline and served decoding cannot drift apart.
 
-Cache layout (contract v3): each row's self-attention cache is left-aligned, its ``position``
-earlier tokens in columns 0 .. position - 1, whatever the other rows hold; the decoder graph
-attends over those columns (and the row's real source positions) only and writes the new
-key/value after them, in place. So a sentence joins a running batch at once, and its numbers
-are bit-identical to its own, decoded alone.
+Cache layout (the ONNX contract, ``service.bundle``): each row's self-attention cache is
+left-aligned, its ``position`` earlier tokens in columns 0 .. position - 1, whatever the other
+rows hold; the decoder graph attends over those columns (and the row's real source positions)
+only and writes the new key/value after them, in place. So a sentence joins a running batch at
+once, and its numbers are bit-identical to its own, decoded alone.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from service.normalize import build_tables, clean_text
 NEG_INF = -1e30
 T = TypeVar("T")
 R = TypeVar("R")
+# The encoder's outputs: cross keys, cross values, source mask, cross_last (service.bundle).
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class SourceTooLong(ValueError):
@@ -418,7 +420,8 @@ class Engine:
         return DecodeOptions(**{**self.decoding_defaults, **overrides})
 
     # -- the two graphs -------------------------------------------------------------------------
-    def run_encoder(self, src_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run_encoder(self, src_tokens: np.ndarray) -> Encoded:
+        """Cross keys, cross values, source mask and cross_last (``service.bundle``)."""
         return tuple(self.encoder.run(None, {"src_tokens": src_tokens}))  # type: ignore[return-value]
 
     def decoder_for(self, rows: int) -> ort.InferenceSession:
@@ -698,7 +701,8 @@ class DecodeBatch:
         one, the rest are appended to the running rows."""
         e = self.engine
         new, self.waiting = self.waiting, []
-        cross_keys, cross_values, src_mask = self._encode([s.source_ids for s in new])
+        encoded = self._encode([s.source_ids for s in new])
+        src_mask = encoded[2]
         if self._holes and all(isinstance(s, _Hole) for s in self.sentences):
             self._compact()  # nothing running: start afresh rather than in old rows
         # After compacting, which may have given back the width of sources that left.
@@ -719,7 +723,7 @@ class DecodeBatch:
             rows = slice(first, first + sentence.width)
             self.sentences[index] = sentence
             # Only this sentence's rows are written; its self cache is empty (position 0).
-            self._write_source(rows, cross_keys, cross_values, src_mask, i)
+            self._write_source(rows, encoded, i)
             self.tokens[rows] = e.bos_id
             self.positions[rows] = 0
         if not appended:
@@ -730,22 +734,23 @@ class DecodeBatch:
         self.cache.set_rows(first + added)
         for i in appended:
             rows = slice(first, first + new[i].width)
-            self._write_source(rows, cross_keys, cross_values, src_mask, i)
+            self._write_source(rows, encoded, i)
             self.sentences.append(new[i])
             first += new[i].width
         self.tokens = np.concatenate([self.tokens, np.full(added, e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions, np.zeros(added, np.int64)])
 
-    def _write_source(self, rows: slice, keys: np.ndarray, values: np.ndarray,
-                      mask: np.ndarray, i: int) -> None:
+    def _write_source(self, rows: slice, encoded: Encoded, i: int) -> None:
         """Sentence ``i``'s encoder outputs into ``rows`` (one per beam)."""
+        keys, values, mask, last = encoded
         width = rows.stop - rows.start
         self.cache.write_source(rows, np.repeat(keys[:, i : i + 1], width, axis=1),
                                 np.repeat(values[:, i : i + 1], width, axis=1),
-                                np.repeat(mask[i : i + 1], width, axis=0))
+                                np.repeat(mask[i : i + 1], width, axis=0),
+                                np.repeat(last[i : i + 1], width, axis=0))
 
-    def _encode(self, sources: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Cross keys/values and source mask of ``sources``, in order, padded to the longest.
+    def _encode(self, sources: list[list[int]]) -> Encoded:
+        """The encoder's outputs for ``sources``, in order, padded to the longest.
 
         Sentences run through the encoder in groups of similar length (``length_groups``):
         its cost is rows x padded length, and the sentences the service admits together are
@@ -765,12 +770,14 @@ class DecodeBatch:
         keys = np.zeros((e.layers, len(sources), e.heads, longest, e.head_dim), np.float32)
         values = np.zeros_like(keys)
         mask = np.zeros((len(sources), longest), bool)
-        for members, (group_keys, group_values, group_mask) in outputs:
+        last = np.zeros((len(sources), *outputs[0][1][3].shape[1:]), np.float32)
+        for members, (group_keys, group_values, group_mask, group_last) in outputs:
             width = group_mask.shape[1]
             keys[:, members, :, :width] = group_keys
             values[:, members, :, :width] = group_values
             mask[members, :width] = group_mask
-        return keys, values, mask
+            last[members] = group_last
+        return keys, values, mask, last
 
     def _source_batch(self, sources: list[list[int]]) -> np.ndarray:
         """``sources`` as one int64 array, padded to the longest."""

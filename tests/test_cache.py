@@ -17,6 +17,7 @@ def _cache() -> BatchCache:
             cache.self_values[layer][row] = -(10 * layer + row)
             cache.cross_keys[layer][row] = 100 + row
     cache.src_mask[:3, :4] = True
+    cache.cross_last[:3] = np.arange(3)[:, None, None] + 1000
     return cache
 
 
@@ -28,6 +29,7 @@ def test_gather_moves_each_row_with_its_history() -> None:
         assert (cache.self_keys[layer][0, :, :5] == 10 * layer + 2).all()
         assert (cache.self_values[layer][1, :, :5] == -(10 * layer)).all()
         assert (cache.cross_keys[layer][0] == 102).all()
+    assert cache.cross_last[:2, 0, 0].tolist() == [1002, 1000]
 
 
 def test_growing_keeps_the_rows_and_changes_the_version() -> None:
@@ -38,6 +40,7 @@ def test_growing_keeps_the_rows_and_changes_the_version() -> None:
     assert cache.capacity >= 40 and cache.columns >= 70 and cache.src_width == 9
     assert (cache.self_keys[1][2, :, :5] == 12).all()
     assert cache.src_mask[:3, :4].all() and not cache.src_mask[:3, 4:].any()
+    assert cache.cross_last[:3, 0, 0].tolist() == [1000, 1001, 1002]
 
 
 def test_a_batch_that_ran_long_gives_its_memory_back() -> None:

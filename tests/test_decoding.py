@@ -303,14 +303,15 @@ def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> N
     sources[5] = [*joined, engine.eos_id]
     lengths = sorted((len(ids) for ids in sources), reverse=True)
     assert len(length_groups(lengths)) > 1
-    keys, values, mask = engine.new_batch()._encode(sources)
+    keys, values, mask, last = engine.new_batch()._encode(sources)
     width = max(map(len, sources))
     for i, ids in enumerate(sources):
-        alone_keys, alone_values, _ = engine.run_encoder(np.asarray([ids], np.int64))
+        alone_keys, alone_values, _, alone_last = engine.run_encoder(np.asarray([ids], np.int64))
         n = len(ids)
         assert mask[i].tolist() == [True] * n + [False] * (width - n)
         np.testing.assert_array_equal(keys[:, i, :, :n], alone_keys[:, 0])
         np.testing.assert_array_equal(values[:, i, :, :n], alone_values[:, 0])
+        np.testing.assert_array_equal(last[i], alone_last[0])
 
 
 def test_no_repeat_ngram_size_rules_out_repeats(engine: Engine, pairs) -> None:

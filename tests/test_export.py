@@ -17,7 +17,7 @@ from training.export import load_checkpoint, verify_parity
 def test_bundle_has_contract_files_and_checksums(tiny_bundle: Path) -> None:
     bundle = load_bundle(tiny_bundle)
     manifest = bundle.manifest
-    assert manifest["contract_version"] == 3
+    assert manifest["contract_version"] == 4
     assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "de")
     assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     assert set(manifest["variants"]) == {"fp32", "int8"}

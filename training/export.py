@@ -1,6 +1,6 @@
 """Turn a checkpoint into a self-contained bundle that ``service/`` runs without torch.
 
-The bundle holds the two graphs of the ONNX contract (v3, see ``service/bundle.py``), the
+The bundle holds the two graphs of the ONNX contract (v4, see ``service/bundle.py``), the
 SentencePiece model and ``manifest.json``. Before anything is written the exported graphs are
 run on onnxruntime against PyTorch over padded batches and several decoding steps; a bundle
 that disagrees is refused.
@@ -43,18 +43,31 @@ PARITY_ATOL = 1e-4
 
 
 class EncoderGraph(nn.Module):
-    """src_tokens -> cross_keys, cross_values, src_mask (the cached encoder outputs)."""
+    """src_tokens -> cross_keys, cross_values, src_mask, cross_last (the cached encoder
+    outputs; ``service.bundle`` has the contract)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
 
-    def forward(self, src_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self.model.encode_cross(src_tokens)
+    def forward(self, src_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        keys, values, src_mask = self.model.encode_cross(src_tokens)
+        return keys, values, src_mask, cross_last(keys, values, src_mask)
+
+
+def cross_last(keys: Tensor, values: Tensor, src_mask: Tensor) -> Tensor:
+    """[batch, 1, layers * 2 * d_model]: each row's cross key and value at its last real
+    source position (position 0 for a row with none), layer by layer, key before value."""
+    layers, batch, heads, _, head_dim = keys.shape
+    last = (src_mask.sum(-1).clamp(min=1) - 1).view(1, batch, 1, 1, 1)
+    index = last.expand(layers, batch, heads, 1, head_dim)
+    pairs = torch.stack([keys.gather(3, index), values.gather(3, index)], dim=1)
+    # [layers, 2, batch, heads, 1, head_dim] -> [batch, 1, layers, 2, heads, head_dim]
+    return pairs.permute(2, 4, 0, 1, 3, 5).reshape(batch, 1, layers * 2 * heads * head_dim)
 
 
 ENCODER_INPUTS = ["src_tokens"]
-ENCODER_OUTPUTS = ["cross_keys", "cross_values", "src_mask"]
+ENCODER_OUTPUTS = ["cross_keys", "cross_values", "src_mask", "cross_last"]
 
 
 def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
@@ -79,6 +92,7 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
         "cross_keys": {1: "batch", 3: "src_len"},
         "cross_values": {1: "batch", 3: "src_len"},
         "src_mask": {0: "batch", 1: "src_len"},
+        "cross_last": {0: "batch"},
     }
     # The exporter restores the wrapper's mode afterwards, and a fresh wrapper is in training
     # mode: without .eval() it would leave the model with dropout on for the parity check.
@@ -99,13 +113,15 @@ def _fused_decoder_graph(model: Transformer):
     Both attentions are ``com.microsoft.GroupQueryAttention``, which reads each row's own
     number of cache columns and no more:
 
-    * self-attention: one MatMul for Q/K/V; ``positions`` are the rows' cache lengths (the
-      contract's left-aligned layout) and the kernel writes this step's key/value after them;
+    * self-attention: one MatMul for Q/K/V, whose packed output the kernel reads as it is;
+      ``positions`` are the rows' cache lengths (the contract's left-aligned layout) and the
+      kernel writes this step's key/value after them;
     * cross-attention: the cache is the encoder's keys/values, each row's length its count of
       real source tokens. The kernel wants a new key/value to append: the row's last source
-      position's own, so it attends over exactly its source (writing that column back
-      unchanged) instead of over the batch's padded width. Serving 64 clients, padding made
-      the mean width 125 and cross-attention 39% of a step.
+      position's own (``cross_last``, one Split for every layer), so it attends over exactly
+      its source (writing that column back unchanged) instead of over the batch's padded
+      width. Serving 64 clients, padding made the mean width 125 and cross-attention 39% of
+      a step.
 
     Each writes its cache output in place when the caller binds it to the input's buffer
     (onnxruntime's shared past/present buffers; ``service.decoding`` does), else returns a
@@ -180,30 +196,17 @@ def _fused_decoder_graph(model: Transformer):
     total = node("Cast", [node("Add", [longest, "one"], ["total_length_i64"])],
                  ["total_length"], to=TensorProto.INT32)
     # Cross-attention: each row's source length (at least 1: an idle row's mask may be
-    # empty), the index of its last source position, broadcast to [batch, heads, 1, head_dim]
-    # for GatherElements, and the longest.
-    const("column", np.array([-1, 1, 1, 1], np.int64))
-    const("head_shape", np.array([heads, 1, config.head_dim], np.int64))
-    const("zero_1", np.array([0], np.int64))
-    const("context_shape", np.array([0, 1, d_model], np.int64))
+    # empty), the index of its last source position, and the longest.
     mask_i64 = node("Cast", ["src_mask"], ["src_mask_i64"], to=TensorProto.INT64)
     src_lengths = node("Max", [node("ReduceSum", [mask_i64, "axis1"], ["src_count"],
                                     keepdims=0), "one"], ["src_lengths"])
-    last = node("Sub", [src_lengths, "one"], ["src_last"])
-    src_last = node("Cast", [last], ["src_last_i32"], to=TensorProto.INT32)
+    src_last = node("Cast", [node("Sub", [src_lengths, "one"], ["src_last"])],
+                    ["src_last_i32"], to=TensorProto.INT32)
     src_total = node("Cast", [node("ReduceMax", [src_lengths], ["src_longest"], keepdims=0)],
                      ["src_total"], to=TensorProto.INT32)
-    batch = node("Slice", [node("Shape", ["cross_keys_0"], ["cross_shape"]), "zero_1",
-                           "axis1"], ["batch_size"])
-    last_index = node("Expand", [node("Reshape", [last, "column"], ["src_last_4d"]),
-                                 node("Concat", [batch, "head_shape"], ["last_index_shape"],
-                                      axis=0)], ["src_last_index"])
-
-    def last_source(cache: str, out: str) -> str:
-        """[batch, 1, d_model]: each row's last real source position of ``cache``."""
-        gathered = node("GatherElements", [cache, last_index], [out + "_bnsh"], axis=2)
-        bsnh = node("Transpose", [gathered], [out + "_bsnh"], perm=[0, 2, 1, 3])
-        return node("Reshape", [bsnh, "context_shape"], [out])
+    last_source = [f"cross_last_{kind}_{i}" for i in range(config.decoder_layers)
+                   for kind in ("key", "value")]
+    node("Split", ["cross_last"], last_source, axis=2, num_outputs=len(last_source))
 
     for i in range(config.decoder_layers):
         p = f"decoder_layers.{i}."
@@ -216,11 +219,9 @@ def _fused_decoder_graph(model: Transformer):
             qkv = node("Add", [node("MatMul", [y, const(a + "qkv.weight", qkv_w)],
                                     [f"qkv_nobias_{i}"]), const(a + "qkv.bias", qkv_b)],
                        [f"qkv_{i}"])
-            q, k, v = (f"self_q_{i}", f"self_k_{i}", f"self_v_{i}")
-            node("Split", [qkv], [q, k, v], axis=-1, num_outputs=3)
             context = node(
                 "GroupQueryAttention",
-                [q, k, v, caches["self_keys"], caches["self_values"], cache_lengths, total],
+                [qkv, "", "", caches["self_keys"], caches["self_values"], cache_lengths, total],
                 [f"self_context_{i}", f"present_keys_{i}", f"present_values_{i}"],
                 domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
             )
@@ -233,8 +234,7 @@ def _fused_decoder_graph(model: Transformer):
             keys, values = caches["cross_keys"], caches["cross_values"]
             context = node(
                 "GroupQueryAttention",
-                [q, last_source(keys, f"cross_last_key_{i}"),
-                 last_source(values, f"cross_last_value_{i}"), keys, values, src_last,
+                [q, f"cross_last_key_{i}", f"cross_last_value_{i}", keys, values, src_last,
                  src_total],
                 [f"cross_context_{i}", f"present_cross_keys_{i}", f"present_cross_values_{i}"],
                 domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
@@ -273,6 +273,7 @@ def _fused_decoder_graph(model: Transformer):
         "tokens": info("tokens", I64, ["batch"]),
         "positions": info("positions", I64, ["batch"]),
         "src_mask": info("src_mask", B, ["batch", "src_len"]),
+        "cross_last": info("cross_last", F, ["batch", 1, 2 * L * d_model]),
     }
     outputs = {"log_probs": info("log_probs", F, ["batch", config.vocab_size])}
     for name in decoder_inputs(L)[len(inputs):] + decoder_outputs(L)[1:]:
@@ -304,7 +305,7 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
     for row, length in enumerate(lengths):
         src[row, :length] = rng.integers(4, vocab_size, length)
         src[row, length - 1] = EOS_ID
-    cross_keys, cross_values, src_mask = encoder_session.run(None, {"src_tokens": src})
+    cross_keys, cross_values, src_mask, last = encoder_session.run(None, {"src_tokens": src})
     layers, batch, heads, _, head_dim = cross_keys.shape
     # Rows at different positions, as in a running batch that sentences joined at different
     # steps: each row alone gets its own history only, in a cache as wide as that history.
@@ -318,11 +319,13 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
         "cross_keys": cross_keys,
         "cross_values": cross_values,
         "src_mask": src_mask,
+        "cross_last": last,
     }
     batched = decoder_session.run(None, decoder_feeds(**stacked))[0]
     for row in range(batch):
-        alone_keys = encoder_alone.run(None, {"src_tokens": src[row : row + 1]})[0]
-        if not np.array_equal(alone_keys, cross_keys[:, row : row + 1]):
+        alone_keys, _, _, alone_last = encoder_alone.run(None, {"src_tokens": src[row : row + 1]})
+        if not (np.array_equal(alone_keys, cross_keys[:, row : row + 1])
+                and np.array_equal(alone_last, last[row : row + 1])):
             raise RuntimeError(f"batch invariance: {encoder} row {row} differs alone")
         own = slice(0, int(positions[row]))
         alone = {key: value[:, row : row + 1] if value.ndim == 5 else value[row : row + 1]
@@ -356,11 +359,12 @@ def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int =
     worst = 0.0
     with torch.no_grad():
         ck, cv, sm = model.encode_cross(src)
-        onnx_ck, onnx_cv, onnx_sm = encoder.run(None, {"src_tokens": src.numpy()})
+        onnx_ck, onnx_cv, onnx_sm, onnx_last = encoder.run(None, {"src_tokens": src.numpy()})
         worst = max(
             worst,
             float(np.abs(onnx_ck - ck.numpy()).max()),
             float(np.abs(onnx_cv - cv.numpy()).max()),
+            float(np.abs(onnx_last - cross_last(ck, cv, sm).numpy()).max()),
         )
         if not np.array_equal(onnx_sm, sm.numpy()):
             raise RuntimeError("parity: encoder src_mask differs from PyTorch")
@@ -377,7 +381,7 @@ def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int =
             onnx_log_probs, *presents = decoder.run(
                 None,
                 decoder_feeds(tokens.numpy(), positions.numpy(), onnx_keys, onnx_values,
-                              onnx_ck, onnx_cv, onnx_sm),
+                              onnx_ck, onnx_cv, onnx_sm, onnx_last),
             )
             presents, cross = presents[: 2 * layers], presents[2 * layers :]
             # The cross caches come back unchanged: bound in place, as the engine binds them,

@@ -100,7 +100,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
     the fp32 graphs in ``out_dir``, recording every weighted MatMul input's range."""
     encoder, decoder = _Ranges(out_dir / "encoder.onnx"), _Ranges(out_dir / "decoder.onnx")
     for ids in sources:
-        cross_keys, cross_values, src_mask = encoder.run(
+        cross_keys, cross_values, src_mask, cross_last = encoder.run(
             {"src_tokens": np.asarray([ids], np.int64)}
         )
         layers, _, heads, _, head_dim = cross_keys.shape
@@ -109,7 +109,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
         for step in range(min(2 * len(ids) + 10, max_positions - 1)):
             log_probs, *presents = decoder.run(decoder_feeds(
                 np.asarray([token], np.int64), np.asarray([step], np.int64), keys, values,
-                cross_keys, cross_values, src_mask,
+                cross_keys, cross_values, src_mask, cross_last,
             ))
             presents = presents[: 2 * layers]  # then the cross caches, passed through
             keys, values = np.stack(presents[0::2]), np.stack(presents[1::2])

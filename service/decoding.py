@@ -241,10 +241,12 @@ class Engine:
         threads: int = 0,
         variant: str | None = None,
         workers: int = 1,
+        memory_arena: bool = False,
     ):
         if threads < 0 or workers < 0:
             raise ValueError(f"threads and workers must be >= 0, got {threads} and {workers}")
         self.bundle: Bundle = load_bundle(bundle_dir)
+        self.memory_arena = memory_arena
         self.tokenizer = spm.SentencePieceProcessor(model_file=str(self.bundle.tokenizer_path))
         ids = self.bundle.special_ids
         self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
@@ -289,6 +291,10 @@ class Engine:
         # else needs the cores: the scheduler, the HTTP side, other containers.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # onnxruntime's arena keeps the largest batch's intermediate tensors for good. Without
+        # it, serving 64 clients (8 rounds of 1,500 requests) levelled off at ~480 MiB resident
+        # against ~700 (peak 766 against 901), at 225-253 against 227-262 sentences/s.
+        options.enable_cpu_mem_arena = self.memory_arena
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         encoder_path, decoder_path = self.bundle.graph_paths(self.variant)

@@ -44,6 +44,7 @@ def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
         threads=settings.threads,
         variant=settings.variant,
         workers=settings.workers,
+        memory_arena=settings.memory_arena,
     )
 
 

@@ -45,6 +45,13 @@ class Settings(BaseSettings):
         "its own running batch; 0 = 2 on a CPU with 2 or more threads (nearly twice the "
         "throughput of one worker using both), 1 on CUDA. Each worker adds the sessions' memory.",
     )
+    memory_arena: bool = Field(
+        False,
+        description="Keep onnxruntime's CPU memory arena, which holds on to the largest batch's "
+        "intermediate tensors for the life of the process. Off (the default) they are freed "
+        "after each step: serving 64 clients, ~480 against ~700 MiB resident at the same "
+        "throughput.",
+    )
     variant: str | None = Field(
         None, description=(
             "Bundle variant to serve (fp32, int8); default: the manifest's choice on CPU, "

@@ -99,6 +99,18 @@ def test_batch_invariance_greedy_and_beam(tiny_bundle: Path, variant: str, pairs
             ]
 
 
+def test_the_memory_arena_is_kept_only_when_asked_and_changes_no_output(
+    tiny_bundle: Path, engine: Engine, pairs
+) -> None:
+    assert not engine.decoder.get_session_options().enable_cpu_mem_arena
+    kept = Engine(tiny_bundle, device="cpu", threads=1, memory_arena=True)
+    assert kept.decoder.get_session_options().enable_cpu_mem_arena
+    assert kept.encoder.get_session_options().enable_cpu_mem_arena
+    sources = [s for s, _ in pairs[:16]]
+    want = [t.hypotheses[0].token_ids for t in engine.translate(sources)]
+    assert [t.hypotheses[0].token_ids for t in kept.translate(sources)] == want
+
+
 def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pairs) -> None:
     two = Engine(tiny_bundle, device="cpu", threads=2, workers=2)
     assert len(two.replicas) == 2 and two.threads == 1

@@ -112,7 +112,6 @@ class BatchCache:
         if capacity != self.capacity:
             self.cross_last = _grown(self.cross_last, self.rows,
                                      (capacity, *self.cross_last.shape[1:]))
-        if capacity != self.capacity:
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
 

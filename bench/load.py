@@ -88,7 +88,8 @@ def draw(sentences: list[str], clients: int, requests: int) -> list[str]:
 
 
 async def load_run(
-    url: str, label: str, clients: int, sentences: list[str], requests: int, headers: dict
+    url: str, label: str, clients: int, sentences: list[str], requests: int, headers: dict,
+    beam_size: int,
 ) -> RunResult:
     result = RunResult(label, clients)
     work = draw(sentences, clients, requests)
@@ -107,7 +108,9 @@ async def load_run(
                 text = work.pop()
                 started = time.perf_counter()
                 try:
-                    async with client.post("/translate", json={"text": text}) as response:
+                    async with client.post(
+                        "/translate", json={"text": text, "beam_size": beam_size}
+                    ) as response:
                         await response.read()
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     result.errors[type(exc).__name__] += 1
@@ -186,12 +189,13 @@ class Server:
 
 
 def measure_server(
-    url: str, label: str, levels: list[int], sentences: list[str], requests: int, headers: dict
+    url: str, label: str, levels: list[int], sentences: list[str], requests: int, headers: dict,
+    beam_size: int,
 ) -> list[RunResult]:
     results = []
     for clients in levels:
         result = asyncio.run(
-            load_run(url, label, clients, sentences, max(requests, clients), headers)
+            load_run(url, label, clients, sentences, max(requests, clients), headers, beam_size)
         )
         print_row(result)
         results.append(result)
@@ -224,18 +228,22 @@ def _fitting(engine, sentences: list[str]) -> list[str]:
     return fitting
 
 
-def measure_offline(engine, sentences: list[str], batch: int = 32) -> RunResult:
+def measure_offline(engine, sentences: list[str], beam_size: int, batch: int = 32) -> RunResult:
     """The engine's throughput on static batches of ``batch`` sentences in the file's order (as
     a client with batches to translate would send them), no HTTP. The engine's workers take
     the next batch as they come free, as CTranslate2's ``inter_threads`` do."""
     sentences = _fitting(engine, sentences)
+    rows = batch * beam_size  # `batch` sentences a call, each beam_size rows
     for replica in engine.replicas:
-        replica.translate(sentences[:batch])  # warm-up
+        replica.translate(sentences[:batch], max_batch_rows=rows, beam_size=beam_size)  # warm-up
     batches = [sentences[i : i + batch] for i in range(0, len(sentences), batch)]
     result = RunResult(f"offline batch-{batch}", batch)
     started = time.perf_counter()
     done = engine.on_replicas(
-        batches, lambda replica, sources: replica.translate(sources, max_batch_rows=batch)
+        batches,
+        lambda replica, sources: replica.translate(
+            sources, max_batch_rows=rows, beam_size=beam_size
+        ),
     )
     result.seconds = time.perf_counter() - started
     result.sentences = len(sentences)
@@ -243,25 +251,34 @@ def measure_offline(engine, sentences: list[str], batch: int = 32) -> RunResult:
     return result
 
 
-def measure_engine_latency(engine, work: list[str]) -> RunResult:
+def measure_engine_latency(engine, work: list[str], beam_size: int) -> RunResult:
     """The bare engine's latency over exactly the texts one client posts, each split into
     sentences as the server splits it (15% of test lines hold several) and decoded together."""
     from service.text import split_sentences
 
     work = _fitting(engine, work)
-    engine.translate(work[:4])  # warm-up
+    engine.translate(work[:4], beam_size=beam_size)  # warm-up
     result = RunResult("engine batch-1", 1)
     tokens = 0
     for text in work:
         pieces = list(split_sentences(text).pieces)
         started = time.perf_counter()
-        translations = engine.translate(pieces)
+        translations = engine.translate(pieces, beam_size=beam_size)
         result.latencies.append(time.perf_counter() - started)
         tokens += sum(len(t.hypotheses[0].token_ids) for t in translations)
     result.seconds = sum(result.latencies)
     result.sentences = len(work)
     result.tokens = tokens
     return result
+
+
+def _default_beam() -> int:
+    """The beam a request without one gets from a server started here (DEFAULT_BEAM)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from service.settings import Settings
+
+    return Settings().default_beam
 
 
 def _int_from_env(name: str) -> int:
@@ -312,10 +329,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test", type=Path, help="TSV (source first) or one sentence a line")
     parser.add_argument("--clients", default="1,8,64", help="comma-separated client counts")
     parser.add_argument("--requests", type=int, default=256, help="requests per run")
+    parser.add_argument(
+        "--beam-size", type=int, default=None,
+        help="beam_size of every request and of the offline runs (default: the service's "
+        "DEFAULT_BEAM)",
+    )
     parser.add_argument("--api-key", default=os.environ.get("API_KEY"))
     parser.add_argument("--no-offline", action="store_true", help="skip the offline engine run")
     args = parser.parse_args(argv)
 
+    beam_size = args.beam_size or _default_beam()
     test_file = args.test or next((p for p in DEFAULT_TESTS if p.is_file()), DEFAULT_TESTS[-1])
     sentences = read_sentences(test_file)
     levels = [int(n) for n in args.clients.split(",") if n.strip()]
@@ -323,17 +346,21 @@ def main(argv: list[str] | None = None) -> None:
     lengths = sorted(len(s.split()) for s in sentences)
     print(
         f"test file {test_file}: {len(sentences)} sentences, "
-        f"{lengths[0]}-{lengths[-1]} words (median {statistics.median(lengths):.0f})"
+        f"{lengths[0]}-{lengths[-1]} words (median {statistics.median(lengths):.0f}); "
+        f"beam_size {beam_size}"
     )
     print_header()
 
     batched: list[RunResult] = []
     unbatched: list[RunResult] = []
     if args.url:
-        batched = measure_server(args.url, "batched", levels, sentences, args.requests, headers)
+        batched = measure_server(
+            args.url, "batched", levels, sentences, args.requests, headers, beam_size
+        )
         if args.url_unbatched:
             unbatched = measure_server(
-                args.url_unbatched, "unbatched", levels, sentences, args.requests, headers
+                args.url_unbatched, "unbatched", levels, sentences, args.requests, headers,
+                beam_size,
             )
     else:
         runs = (
@@ -344,7 +371,9 @@ def main(argv: list[str] | None = None) -> None:
             server = Server({"MODEL_DIR": str(args.model_dir), **env})
             try:
                 server.wait_ready()
-                into += measure_server(server.url, label, levels, sentences, args.requests, headers)
+                into += measure_server(
+                    server.url, label, levels, sentences, args.requests, headers, beam_size
+                )
                 memory = server.memory_mib()
                 if memory is not None:
                     print(f"{label} server memory: {memory[0]:.0f} MiB resident after the "
@@ -356,10 +385,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_offline:
         try:
             engine = offline_engine(args.model_dir)
-            offline = measure_offline(engine, sentences)
+            offline = measure_offline(engine, sentences, beam_size)
             print_row(offline)
             if 1 in levels:
-                engine_alone = measure_engine_latency(engine, draw(sentences, 1, args.requests))
+                engine_alone = measure_engine_latency(
+                    engine, draw(sentences, 1, args.requests), beam_size
+                )
                 print_row(engine_alone)
         except Exception as exc:  # a bench reports, it does not fail
             print(f"offline run skipped: {exc}")

@@ -122,18 +122,27 @@ class BatchCache:
             self.rows = rows
             self.version = next(_versions)
 
-    def write_source(self, rows: slice, keys: np.ndarray, values: np.ndarray,
-                     mask: np.ndarray, last: np.ndarray) -> None:
-        """The encoder's outputs ([layers, n, heads, src, head_dim], [n, src] and
-        [n, 1, layers * 2 * d_model]) into ``rows``; columns past ``src`` are never read (the
-        mask says where each source ends)."""
+    def write_source(self, rows: np.ndarray, encoded: tuple[np.ndarray, ...],
+                     picks: np.ndarray | None = None) -> None:
+        """An encoder call's outputs (cross keys and values [layers, n, heads, src, head_dim],
+        mask [n, src], cross_last [n, 1, layers * 2 * d_model]) into ``rows``: row ``rows[j]``
+        gets the call's row ``picks[j]`` (default: ``j``), so beams repeat their sentence's.
+        Columns past ``src`` are never read (the mask says where each source ends)."""
+        keys, values, mask, last = encoded
+        if picks is not None and not np.array_equal(picks, np.arange(len(mask))):
+            keys, values, mask, last = keys[:, picks], values[:, picks], mask[picks], last[picks]
+        # Consecutive rows (a new batch, or sentences appended to one) as a slice: a plain copy
+        # where an index array makes numpy's slower scatter.
+        target = rows
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and np.all(np.diff(rows) == 1):
+            target = slice(int(rows[0]), int(rows[-1]) + 1)
         width = mask.shape[1]
         for layer in range(self.layers):
-            self.cross_keys[layer][rows, :, :width] = keys[layer]
-            self.cross_values[layer][rows, :, :width] = values[layer]
-        self.src_mask[rows, :width] = mask
-        self.src_mask[rows, width:] = False
-        self.cross_last[rows] = last
+            self.cross_keys[layer][target, :, :width] = keys[layer]
+            self.cross_values[layer][target, :, :width] = values[layer]
+        self.src_mask[target, :width] = mask
+        self.src_mask[target, width:] = False
+        self.cross_last[target] = last
 
     def gather(self, order: np.ndarray, columns: int, cross: bool) -> None:
         """Rows ``order`` become rows 0 .. len(order) - 1 (beams taking their parents' history,

@@ -315,15 +315,27 @@ def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> N
     sources[5] = [*joined, engine.eos_id]
     lengths = sorted((len(ids) for ids in sources), reverse=True)
     assert len(length_groups(lengths)) > 1
-    keys, values, mask, last = engine.new_batch()._encode(sources)
-    width = max(map(len, sources))
+    batch = engine.new_batch()
+    widths = [1 + i % 3 for i in range(len(sources))]  # beams: each row gets its sentence's
+    for i, ids in enumerate(sources):
+        batch.add(i, ids, engine.options(beam_size=widths[i]))
+    batch._admit()
+    cache, row = batch.cache, 0
     for i, ids in enumerate(sources):
         alone_keys, alone_values, _, alone_last = engine.run_encoder(np.asarray([ids], np.int64))
         n = len(ids)
-        assert mask[i].tolist() == [True] * n + [False] * (width - n)
-        np.testing.assert_array_equal(keys[:, i, :, :n], alone_keys[:, 0])
-        np.testing.assert_array_equal(values[:, i, :, :n], alone_values[:, 0])
-        np.testing.assert_array_equal(last[i], alone_last[0])
+        for beam_row in range(row, row + widths[i]):
+            assert cache.src_mask[beam_row].tolist() == [True] * n + [False] * (cache.src_width - n)
+            for layer in range(engine.layers):
+                np.testing.assert_array_equal(
+                    cache.cross_keys[layer][beam_row, :, :n], alone_keys[layer, 0]
+                )
+                np.testing.assert_array_equal(
+                    cache.cross_values[layer][beam_row, :, :n], alone_values[layer, 0]
+                )
+            np.testing.assert_array_equal(cache.cross_last[beam_row], alone_last[0])
+        row += widths[i]
+    assert cache.rows == row
 
 
 def test_no_repeat_ngram_size_rules_out_repeats(engine: Engine, pairs) -> None:

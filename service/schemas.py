@@ -31,7 +31,12 @@ class TranslateRequest(BaseModel):
     target_lang: str | None = Field(
         None, min_length=1, max_length=16, description="Target language; default: inferred."
     )
-    beam_size: int | None = Field(None, ge=1, description="Beam width; 1 is greedy decoding.")
+    beam_size: int | None = Field(
+        None,
+        ge=1,
+        description="Beam width; 1 is greedy decoding. Default: the server's DEFAULT_BEAM "
+        "(2 unless set).",
+    )
     max_length: int | None = Field(
         None, ge=1, description="Most target tokens generated per sentence."
     )

@@ -202,10 +202,14 @@ def measure_server(
     return results
 
 
-def offline_engine(model_dir: Path):
-    """The engine the server would load first from ``model_dir``, in this process."""
+def _service_importable() -> None:
     if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
         sys.path.insert(0, str(ROOT))
+
+
+def offline_engine(model_dir: Path):
+    """The engine the server would load first from ``model_dir``, in this process."""
+    _service_importable()
     from service.decoding import Engine
     from service.main import bundle_dirs
 
@@ -274,8 +278,7 @@ def measure_engine_latency(engine, work: list[str], beam_size: int) -> RunResult
 
 def _default_beam() -> int:
     """The beam a request without one gets from a server started here (DEFAULT_BEAM)."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+    _service_importable()
     from service.settings import Settings
 
     return Settings().default_beam

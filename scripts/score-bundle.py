@@ -35,19 +35,19 @@ def main() -> None:
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     ngram = manifest.get("decoding", {}).get("no_repeat_ngram_size", 0)
     suffix = f"_no_repeat_{ngram}" if ngram else ""
-    beam = Settings().default_beam  # what a request without beam_size gets
-    served = f"beam{beam}{suffix}" if beam > 1 else f"greedy{suffix}"
+    default_beam = Settings().default_beam  # what a request without beam_size gets
+    served = f"beam{default_beam}{suffix}" if default_beam > 1 else f"greedy{suffix}"
     runs = [  # split, variant, name, beam, no_repeat_ngram_size (None: the bundle's)
-        ("dev", "int8", served, beam, None),
+        ("dev", "int8", served, default_beam, None),
         ("dev", "int8", f"greedy{suffix}", 1, None),
         ("dev", "int8", "greedy", 1, 0),
         ("dev", "fp32", "greedy", 1, 0),
-        ("test", "int8", served, beam, None),
+        ("test", "int8", served, default_beam, None),
         ("test", "int8", f"greedy{suffix}", 1, None),
         ("test", "int8", "greedy", 1, 0),
         ("test", "int8", "beam4", 4, 0),
         ("test", "int8", f"beam4{suffix}", 4, None),
-        ("test", "fp32", served, beam, None),
+        ("test", "fp32", served, default_beam, None),
         ("test", "fp32", "greedy", 1, 0),
     ]
     runs = list(dict.fromkeys(runs))  # DEFAULT_BEAM 1 or 4 names a run twice

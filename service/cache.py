@@ -123,18 +123,18 @@ class BatchCache:
             self.version = next(_versions)
 
     def write_source(self, rows: np.ndarray, encoded: tuple[np.ndarray, ...],
-                     picks: np.ndarray | None = None) -> None:
+                     picks: np.ndarray) -> None:
         """An encoder call's outputs (cross keys and values [layers, n, heads, src, head_dim],
         mask [n, src], cross_last [n, 1, layers * 2 * d_model]) into ``rows``: row ``rows[j]``
-        gets the call's row ``picks[j]`` (default: ``j``), so beams repeat their sentence's.
+        gets the call's row ``picks[j]``, so beams repeat their sentence's.
         Columns past ``src`` are never read (the mask says where each source ends)."""
         keys, values, mask, last = encoded
-        if picks is not None and not np.array_equal(picks, np.arange(len(mask))):
+        if not np.array_equal(picks, np.arange(len(mask))):
             keys, values, mask, last = keys[:, picks], values[:, picks], mask[picks], last[picks]
         # Consecutive rows (a new batch, or sentences appended to one) as a slice: a plain copy
         # where an index array makes numpy's slower scatter.
         target = rows
-        if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and np.all(np.diff(rows) == 1):
+        if len(rows) and np.all(np.diff(rows) == 1):
             target = slice(int(rows[0]), int(rows[-1]) + 1)
         width = mask.shape[1]
         for layer in range(self.layers):

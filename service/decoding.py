@@ -728,11 +728,9 @@ class DecodeBatch:
             index = free.pop(0)
             first_rows[i] = int(starts[index])
             self.sentences[index] = sentence
-        in_holes = set(range(len(new))) - set(appended)
-        for i in in_holes:  # its self cache is empty (position 0)
-                rows = slice(first_rows[i], first_rows[i] + new[i].width)
-                self.tokens[rows] = e.bos_id
-                self.positions[rows] = 0
+            rows = slice(first_rows[i], first_rows[i] + sentence.width)
+            self.tokens[rows] = e.bos_id  # its self cache is empty (position 0)
+            self.positions[rows] = 0
         if appended:
             first = self.cache.rows
             added = sum(new[i].width for i in appended)

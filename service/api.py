@@ -449,8 +449,10 @@ def assemble(
 
 
 def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:
+    """Mean log-probability per token over a text's sentences. Not the search's own score,
+    which divides by length ** length_penalty: a client's threshold on this one must not move
+    when a bundle's recommended length penalty does."""
     if not hypotheses:
         return None
-    weights = [len(h.token_ids) + 1 for h in hypotheses]  # + EOS
-    total = sum(h.score * w for h, w in zip(hypotheses, weights, strict=True)) / sum(weights)
+    total = sum(h.log_prob for h in hypotheses) / sum(h.length for h in hypotheses)
     return total if math.isfinite(total) else None  # -inf has no JSON spelling

@@ -83,7 +83,9 @@ class Hypothesis:
     text: str
     token_ids: list[int]
     tokens: list[str]
-    score: float
+    score: float  # what the search ranks by: log_prob / length ** length_penalty
+    log_prob: float  # of the scored tokens
+    length: int  # scored tokens: the generated ones and the EOS, none when cut at max_length
 
 
 @dataclass
@@ -649,12 +651,12 @@ class DecodeBatch:
         options = sentence.options
         eos = self.engine.eos_id
         ranked = []
-        for score, prefix in sentence.finished:
+        for log_prob, prefix in sentence.finished:
             length = len(prefix) + 1 if len(prefix) < sentence.max_new else len(prefix)
-            ranked.append((self._normalised(score, length, options), prefix))
+            ranked.append((self._normalised(log_prob, length, options), log_prob, length, prefix))
         ranked.sort(key=lambda item: -item[0])
         hypotheses = []
-        for score, prefix in ranked[: options.num_hypotheses]:
+        for score, log_prob, length, prefix in ranked[: options.num_hypotheses]:
             ids = [t for t in prefix if t != eos]
             hypotheses.append(
                 Hypothesis(
@@ -662,6 +664,8 @@ class DecodeBatch:
                     token_ids=ids,
                     tokens=[self.engine.tokenizer.id_to_piece(t) for t in ids],
                     score=float(score) if math.isfinite(score) else float("-inf"),
+                    log_prob=float(log_prob) if math.isfinite(log_prob) else float("-inf"),
+                    length=length,
                 )
             )
         return Translation(hypotheses)

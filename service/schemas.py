@@ -51,7 +51,7 @@ class TranslateRequest(BaseModel):
         0, ge=0, description="Extra translations besides the best; needs beam_size > this."
     )
     return_scores: bool = Field(
-        False, description="Include each translation's length-normalised log-probability."
+        False, description="Include each translation's mean log-probability per token."
     )
 
 

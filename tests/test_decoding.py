@@ -143,6 +143,27 @@ def test_beam_one_is_greedy_and_beam_finds_at_least_greedy_score(engine, pairs) 
         assert b.score >= g.score - 1e-6
 
 
+def test_the_length_penalty_ranks_while_the_log_probability_stays_the_models(engine) -> None:
+    """A hypothesis's score is log P / length ** length_penalty; log P itself (what the API's
+    mean log-probability per token comes from) is the model's, whatever the penalty."""
+    sentences = ["The weather is nice.", "My brother reads a book in the garden."]
+    by_penalty = {}
+    for penalty in (1.0, 1.6):
+        translations = engine.translate(
+            sentences, beam_size=4, num_hypotheses=4, length_penalty=penalty, max_length=12
+        )
+        for translation in translations:
+            for h in translation.hypotheses:
+                # EOS counts where it ended the hypothesis; one cut at max_length has none.
+                assert h.length == len(h.token_ids) + (len(h.token_ids) < 12)
+                assert h.score == pytest.approx(h.log_prob / h.length**penalty, rel=1e-9)
+                by_penalty.setdefault(tuple(h.token_ids), []).append(h.log_prob)
+    shared = [values for values in by_penalty.values() if len(values) == 2]
+    assert shared  # hypotheses both searches kept
+    for with_one, with_other in shared:
+        assert with_other == pytest.approx(with_one, abs=1e-5)
+
+
 def test_n_best_sorted_distinct_and_counted(engine: Engine) -> None:
     sentences = ["The weather is nice.", "My brother reads a book in the garden."]
     for translation in engine.translate(sentences, beam_size=5, num_hypotheses=4):

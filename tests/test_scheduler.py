@@ -114,8 +114,17 @@ class FakeBatch:
                 continue
             del self.rows[key]
             words = [engine.words[i].upper() for i in source[:-1]]
+            length = len(source)  # the words and EOS
+            # -0.1 * rank a token, ranked as a length penalty of 1.6 would rank them
             hypotheses = [
-                Hypothesis(" ".join(words) + "!" * rank, source[:-1], words, -0.1 * (rank + 1))
+                Hypothesis(
+                    " ".join(words) + "!" * rank,
+                    source[:-1],
+                    words,
+                    score=-0.1 * (rank + 1) * length / length**1.6,
+                    log_prob=-0.1 * (rank + 1) * length,
+                    length=length,
+                )
                 for rank in range(options.num_hypotheses)
             ]
             done.append((key, Translation(hypotheses)))

@@ -5,8 +5,9 @@ a bundle carries are always from its own graphs, decoded by the serving engine:
 
 Dev and test, every decoding the model card reports: what the service answers by default (its
 ``DEFAULT_BEAM`` with the bundle's recommended decoding, its manifest ``decoding``, e.g. no
-repeated 3-gram), the recommendation with greedy search, plain greedy, and beam 4 with and
-without the recommendation; int8 and fp32; test BLEU per source file of the served decoding.
+repeated 3-gram and a length penalty), the recommendation with greedy search, plain greedy, and
+beam 4 with and without the no-repeat rule; int8 and fp32; test BLEU per source file of the
+served decoding.
 About 8 minutes on 2 cores.
 """
 
@@ -33,22 +34,35 @@ def main() -> None:
     args = parser.parse_args()
     manifest_path = args.bundle / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    ngram = manifest.get("decoding", {}).get("no_repeat_ngram_size", 0)
-    suffix = f"_no_repeat_{ngram}" if ngram else ""
+    decoding = manifest.get("decoding", {})
+    ngram = decoding.get("no_repeat_ngram_size", 0)
+    penalty = decoding.get("length_penalty", 1.0)
     default_beam = Settings().default_beam  # what a request without beam_size gets
-    served = f"beam{default_beam}{suffix}" if default_beam > 1 else f"greedy{suffix}"
-    runs = [  # split, variant, name, beam, no_repeat_ngram_size (None: the bundle's)
-        ("dev", "int8", served, default_beam, None),
-        ("dev", "int8", f"greedy{suffix}", 1, None),
-        ("dev", "int8", "greedy", 1, 0),
-        ("dev", "fp32", "greedy", 1, 0),
-        ("test", "int8", served, default_beam, None),
-        ("test", "int8", f"greedy{suffix}", 1, None),
-        ("test", "int8", "greedy", 1, 0),
-        ("test", "int8", "beam4", 4, 0),
-        ("test", "int8", f"beam4{suffix}", 4, None),
-        ("test", "fp32", served, default_beam, None),
-        ("test", "fp32", "greedy", 1, 0),
+
+    def name(beam: int, no_repeat: int | None) -> str:
+        """The run's decoding in words; None takes the bundle's rule. The bundle's length
+        penalty applies to every beam search (greedy has nothing to normalise)."""
+        rule = ngram if no_repeat is None else no_repeat
+        words = [f"beam{beam}" if beam > 1 else "greedy"]
+        if rule:
+            words.append(f"no_repeat_{rule}")
+        if beam > 1 and penalty != 1.0:
+            words.append(f"length_penalty_{penalty:g}")
+        return "_".join(words)
+
+    served = name(default_beam, None)
+    runs = [  # split, variant, beam, no_repeat_ngram_size (None: the bundle's)
+        ("dev", "int8", default_beam, None),
+        ("dev", "int8", 1, None),
+        ("dev", "int8", 1, 0),
+        ("dev", "fp32", 1, 0),
+        ("test", "int8", default_beam, None),
+        ("test", "int8", 1, None),
+        ("test", "int8", 1, 0),
+        ("test", "int8", 4, 0),
+        ("test", "int8", 4, None),
+        ("test", "fp32", default_beam, None),
+        ("test", "fp32", 1, 0),
     ]
     runs = list(dict.fromkeys(runs))  # DEFAULT_BEAM 1 or 4 names a run twice
     variants = set(manifest["variants"])
@@ -56,19 +70,20 @@ def main() -> None:
                               "service.decoding.Engine",
                     "served": served}
     data_config = load_config(args.config).data
-    for split, variant, name, beam, no_repeat in runs:
+    for split, variant, beam, no_repeat in runs:
         if variant not in variants:
             continue
-        by_source = data_config if (split, variant, name) == ("test", "int8", served) else None
+        run = name(beam, no_repeat)
+        by_source = data_config if (split, variant, run) == ("test", "int8", served) else None
         result = evaluate_bundle(args.bundle, args.data_dir / f"{split}.tsv", beam_size=beam,
                                  no_repeat_ngram_size=no_repeat, variant=variant,
                                  by_source=by_source)
-        scores.setdefault(split, {}).setdefault(variant, {})[name] = {
+        scores.setdefault(split, {}).setdefault(variant, {})[run] = {
             key: result[key] for key in ("bleu", "chrf", "sentences")
         }
         if by_source is not None:
             scores[f"test_by_source_int8_{served}"] = result["by_source"]
-        print(f"{split} {variant} {name}: BLEU {result['bleu']}, chrF {result['chrf']}",
+        print(f"{split} {variant} {run}: BLEU {result['bleu']}, chrF {result['chrf']}",
               flush=True)
     manifest["scores"] = scores
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n",

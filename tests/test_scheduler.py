@@ -195,6 +195,22 @@ def test_short_request_overtakes_a_running_long_one(workers: int) -> None:
     scheduler.stop()
 
 
+def test_a_lone_client_is_served_by_one_replica() -> None:
+    """Idle workers leave a newcomer to the lowest-numbered idle one: taking turns made each
+    request start on a replica whose weights had left the caches."""
+    engine = with_replicas(FakeEngine(step_s=0.001), 2)
+    scheduler = make_scheduler(engine)
+
+    async def main() -> None:
+        for i in range(8):
+            sources = [engine.tokenize(words(3, f"q{i}_"))]
+            await scheduler.translate("en-de", sources, DecodeOptions())
+
+    asyncio.run(main())
+    assert [replica.steps > 0 for replica in engine.replicas] == [True, False]
+    scheduler.stop()
+
+
 def test_workers_share_the_queue_and_answer_every_request() -> None:
     engine = with_replicas(FakeEngine(step_s=0.002), 2)
     scheduler = make_scheduler(engine, max_batch_rows=8)

@@ -390,8 +390,9 @@ class Scheduler:
         for it (it takes it at its next step), so work spreads over the replicas; between
         batches of equal rows the lower-numbered worker takes it. So a lone client is always
         served by the same replica, whose weights and buffers are still in the caches: taking
-        turns, as whichever worker woke first did, cost a 25-token sentence 38-40 ms against
-        24-29 with one worker (the bare engine: 22; beam 2, int8, one client, sequential).
+        turns, as whichever worker woke first did, cost a 25-token sentence 49-51 ms a request
+        where serving it from one replica took 37-45 (beam 2, int8, one client, sequential,
+        the servers interleaved on the shared 2-core machine).
         """
         queue = self._queues[lane.pair]
         # Workers to leave a sentence to: fewer rows, or as many and a lower number.

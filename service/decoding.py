@@ -545,11 +545,10 @@ class DecodeBatch:
         row = 0
         self._ban_repeats(log_probs)
         # One pass over the whole block for every row's best (cheaper than one per row): the
-        # greedy rows' pick, the beams' bound. The argmax only when a greedy row needs it.
+        # beams' bound, and the greedy rows' pick. The argmax only once a greedy row needs it.
         row_max = log_probs.max(axis=1)
-        picked = row_max.tolist()
-        greedy = any(s.width == 1 and not isinstance(s, _Hole) for s in self.sentences)
-        best = log_probs.argmax(axis=1).tolist() if greedy else []
+        best: list[int] | None = None
+        picked: list[float] = []
         for index, sentence in enumerate(self.sentences):
             width = sentence.width
             if isinstance(sentence, _Hole):
@@ -557,6 +556,8 @@ class DecodeBatch:
                 row += width
                 continue
             if width == 1:
+                if best is None:
+                    best, picked = log_probs.argmax(axis=1).tolist(), row_max.tolist()
                 parents, tokens = self._greedy(sentence, best[row], picked[row])
             else:
                 parents, tokens = self._beam(

@@ -41,6 +41,9 @@ from service.cache import BatchCache
 from service.normalize import build_tables, clean_text
 
 NEG_INF = -1e30
+# onnxruntime would fuse the encoder's Add & LayerNorm pairs into SkipLayerNormalization, whose
+# CPU kernel is ~3x slower on a sentence's worth of rows (training.export._GraphBuilder).
+DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 T = TypeVar("T")
 R = TypeVar("R")
 # The encoder's outputs: cross keys, cross values, source mask, cross_last (service.bundle).
@@ -316,8 +319,10 @@ class Engine:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         encoder_path, decoder_path = self.bundle.graph_paths(self.variant)
-        self.encoder = ort.InferenceSession(str(encoder_path), options, providers=self.providers)
-        self.decoder = ort.InferenceSession(str(decoder_path), options, providers=self.providers)
+        session = functools.partial(ort.InferenceSession, providers=self.providers,
+                                    disabled_optimizers=DISABLED_OPTIMIZERS)
+        self.encoder = session(str(encoder_path), options)
+        self.decoder = session(str(decoder_path), options)
         # The int8 decoder gets a second session with one thread for steps of up to
         # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
         # a second thread for each costs more than it saves. Measured on the 2-core machine,
@@ -332,9 +337,7 @@ class Engine:
         small_sessions = self.variant == "int8" and self.providers[0] == "CPUExecutionProvider"
         if small_sessions and options.intra_op_num_threads > 1:
             options.intra_op_num_threads = 1
-            self.decoder_small = ort.InferenceSession(
-                str(decoder_path), options, providers=self.providers
-            )
+            self.decoder_small = session(str(decoder_path), options)
 
     @staticmethod
     def _providers(device: str) -> list[str]:

@@ -159,9 +159,9 @@ def test_a_bundle_gives_back_the_checkpoint_it_was_exported_from(tiny_checkpoint
 
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_graphs_of_a_model_with_dropout_match_pytorch(tmp_path: Path, pre_norm: bool) -> None:
-    """Post-norm models get the fused decoder graph, pre-norm ones the traced one; either way
-    exporting must leave the model in eval mode (dropout off) for the parity check. The
-    LayerNorms get random weights, so a norm applied in the wrong place shows."""
+    """Post-norm and pre-norm models get hand-built graphs that place their norms differently;
+    either way exporting must leave the model in eval mode (dropout off) for the parity check.
+    The LayerNorms get random weights, so a norm applied in the wrong place shows."""
     from training.config import ModelConfig
     from training.model import Transformer
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from service.bundle import (
     CACHE_INPUTS,
@@ -31,7 +31,7 @@ from service.bundle import (
     decoder_outputs,
     sha256_file,
 )
-from service.decoding import DecodeOptions
+from service.decoding import DISABLED_OPTIMIZERS, DecodeOptions
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
 from training.model import Transformer
 from training.quantize import calibration_sources, quantize_int8
@@ -42,32 +42,16 @@ OPSET = 18
 PARITY_ATOL = 1e-4
 
 
-class EncoderGraph(nn.Module):
-    """src_tokens -> cross_keys, cross_values, src_mask, cross_last (the cached encoder
-    outputs; ``service.bundle`` has the contract)."""
-
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.model = model
-
-    def forward(self, src_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        keys, values, src_mask = self.model.encode_cross(src_tokens)
-        return keys, values, src_mask, cross_last(keys, values, src_mask)
-
-
 def cross_last(keys: Tensor, values: Tensor, src_mask: Tensor) -> Tensor:
     """[batch, 1, layers * 2 * d_model]: each row's cross key and value at its last real
-    source position (position 0 for a row with none), layer by layer, key before value."""
+    source position (position 0 for a row with none), layer by layer, key before value: the
+    encoder graph's fourth output, computed from ``Transformer.encode_cross``'s for parity."""
     layers, batch, heads, _, head_dim = keys.shape
     last = (src_mask.sum(-1).clamp(min=1) - 1).view(1, batch, 1, 1, 1)
     index = last.expand(layers, batch, heads, 1, head_dim)
     pairs = torch.stack([keys.gather(3, index), values.gather(3, index)], dim=1)
     # [layers, 2, batch, heads, 1, head_dim] -> [batch, 1, layers, 2, heads, head_dim]
     return pairs.permute(2, 4, 0, 1, 3, 5).reshape(batch, 1, layers * 2 * heads * head_dim)
-
-
-ENCODER_INPUTS = ["src_tokens"]
-ENCODER_OUTPUTS = ["cross_keys", "cross_values", "src_mask", "cross_last"]
 
 
 def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
@@ -78,32 +62,197 @@ def load_checkpoint(path: str | Path) -> tuple[Transformer, dict[str, Any]]:
     return model.eval(), checkpoint
 
 
-def _example_inputs(config: ModelConfig, batch: int = 2, src_len: int = 5):
-    return (torch.randint(4, config.vocab_size, (batch, src_len)),)
-
-
 def export_graphs(model: Transformer, out_dir: Path) -> None:
-    """Write encoder.onnx (traced) and decoder.onnx (built node by node, see
+    """Write encoder.onnx and decoder.onnx, both built node by node (``_fused_encoder_graph``,
     ``_fused_decoder_graph``) with dynamic batch, source and cache lengths."""
     import onnx
 
-    axes = {
-        "src_tokens": {0: "batch", 1: "src_len"},
-        "cross_keys": {1: "batch", 3: "src_len"},
-        "cross_values": {1: "batch", 3: "src_len"},
-        "src_mask": {0: "batch", 1: "src_len"},
-        "cross_last": {0: "batch"},
-    }
-    # The exporter restores the wrapper's mode afterwards, and a fresh wrapper is in training
-    # mode: without .eval() it would leave the model with dropout on for the parity check.
     model.eval()
-    with torch.no_grad():
-        # The TorchScript-based exporter keeps the graph close to the module structure.
-        torch.onnx.export(EncoderGraph(model).eval(), _example_inputs(model.config),
-                          out_dir / "encoder.onnx", input_names=ENCODER_INPUTS,
-                          output_names=ENCODER_OUTPUTS, dynamic_axes=axes,
-                          opset_version=OPSET, dynamo=False)
+    onnx.save(_fused_encoder_graph(model), out_dir / "encoder.onnx")
     onnx.save(_fused_decoder_graph(model), out_dir / "decoder.onnx")
+
+
+class _GraphBuilder:
+    """Nodes and named initialisers of a hand-built graph of onnxruntime's fused CPU kernels,
+    with the model's weights at hand. Weights keep the module's names (transposed for MatMul,
+    or concatenated under a new name), which is what ``training.recover`` reads back."""
+
+    def __init__(self, model: Transformer):
+        self.config = model.config
+        self.state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+        self.inits: list = []
+        self.nodes: list = []
+
+    def const(self, name: str, array) -> str:
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], domain: str = "",
+             **attrs) -> str:
+        from onnx import helper
+
+        self.nodes.append(
+            helper.make_node(op, inputs, outputs, name=outputs[0], domain=domain, **attrs)
+        )
+        return outputs[0]
+
+    def weight(self, prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
+        return self.const(prefix + "weight", self.state[prefix + "weight"].T)
+
+    def bias(self, name: str) -> str:
+        return self.const(name, self.state[name])
+
+    def layer_norm(self, prefix: str, x: str, out: str) -> str:
+        return self.node("LayerNormalization",
+                         [x, self.bias(prefix + "weight"), self.bias(prefix + "bias")],
+                         [out], axis=-1, epsilon=float(self.config.layer_norm_eps))
+
+    def sublayer(self, layer: str, norm: int, x: str, name: str, body,
+                 fused: bool = True) -> str:
+        """AddNorm around ``body(input) -> (output, output bias)``: post-norm
+        LayerNorm(x + output + bias), in one ``SkipLayerNormalization`` kernel when ``fused``
+        (the fewest nodes, for steps of few rows) or as Adds and a ``LayerNormalization``
+        (onnxruntime's CPU SkipLayerNormalization is ~3x slower from a few hundred rows on:
+        874 against 296 us at 32 x 30 x 256); or pre-norm x + body(LayerNorm(x))."""
+        norm_prefix = f"{layer}sublayer.{norm}.norm."
+        if self.config.pre_norm:
+            out, bias = body(self.layer_norm(norm_prefix, x, f"{name}_normed"))
+            biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
+            return self.node("Add", [x, biased], [f"{name}_residual"])
+        out, bias = body(x)
+        if not fused:
+            biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
+            residual = self.node("Add", [x, biased], [f"{name}_residual"])
+            return self.layer_norm(norm_prefix, residual, f"{name}_norm")
+        return self.node(
+            "SkipLayerNormalization",
+            [out, x, self.bias(norm_prefix + "weight"), self.bias(norm_prefix + "bias"),
+             self.bias(bias)],
+            [f"{name}_norm"],
+            domain="com.microsoft",
+            epsilon=float(self.config.layer_norm_eps),
+        )
+
+    def qkv(self, prefix: str, y: str, i: int) -> str:
+        """One MatMul (and bias) for an attention's queries, keys and values: [.., 3 * d]."""
+        state = self.state
+        w = np.concatenate([state[prefix + f"w_{n}.weight"] for n in "qkv"]).T
+        b = np.concatenate([state[prefix + f"w_{n}.bias"] for n in "qkv"])
+        product = self.node("MatMul", [y, self.const(prefix + "qkv.weight", w)],
+                            [f"qkv_nobias_{i}"])
+        return self.node("Add", [product, self.const(prefix + "qkv.bias", b)], [f"qkv_{i}"])
+
+    def feed_forward(self, f: str, y: str, i: int) -> tuple[str, str]:
+        hidden = self.node("MatMul", [y, self.weight(f + "w_1.")], [f"ffn_hidden_nobias_{i}"])
+        hidden = self.node("Add", [hidden, self.bias(f + "w_1.bias")], [f"ffn_pre_{i}"])
+        hidden = self.node("Relu", [hidden], [f"ffn_hidden_{i}"])
+        out = self.node("MatMul", [hidden, self.weight(f + "w_2.")], [f"ffn_out_{i}"])
+        return out, f + "w_2.bias"
+
+    def model(self, name: str, inputs: list, outputs: list):
+        from onnx import helper
+
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        return helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET),
+                           helper.make_opsetid("com.microsoft", 1)],
+            ir_version=9,  # onnxruntime reads up to IR 10; onnx's default may be newer
+            producer_name="training.export",
+        )
+
+
+def _fused_encoder_graph(model: Transformer):
+    """The encoder and every decoder layer's cross-attention keys/values as a hand-built graph
+    of onnxruntime's fused kernels: the maths of ``Transformer.encode_cross`` (and
+    ``cross_last``) in 85 nodes where the traced graph had 388, most of them shape
+    arithmetic and transposes that cost more than the products at the batch sizes a server
+    encodes (one to a few sentences at a time).
+
+    Self-attention is ``com.microsoft.MultiHeadAttention`` over a key padding mask; Add &
+    Norm is unfused (see ``_GraphBuilder.sublayer``): the encoder's products have a row per
+    source token. All decoder layers' cross keys come from one MatMul, and values from
+    another."""
+    from onnx import TensorProto, helper
+
+    g = _GraphBuilder(model)
+    config, state = g.config, g.state
+    heads, d_model, head_dim = config.heads, config.d_model, config.head_dim
+    layers = config.decoder_layers
+    lut = model.embeddings.lut.weight.detach().float()
+    g.const("embed_table", (lut * model.embeddings.scale).numpy())
+    g.const("position_table", model.positional.table.float().numpy())
+    g.const("axis1", np.array([1], np.int64))
+    g.const("zero", np.array([0], np.int64))
+    g.const("one", np.array(1, np.int64))
+    src_mask = g.node("Not", [g.node("Equal", ["src_tokens", g.const(
+        "pad_id", np.array(PAD_ID, np.int64))], ["is_pad"])], ["src_mask"])
+    key_padding = g.node("Cast", [src_mask], ["key_padding_mask"], to=TensorProto.INT32)
+    src_len = g.node("Shape", ["src_tokens"], ["src_len"], start=1, end=2)
+    positions = g.node("Slice", ["position_table", "zero", src_len, "zero"],
+                       ["position_encoded"])
+    x = g.node("Add", [g.node("Gather", ["embed_table", "src_tokens"], ["embedded"]),
+                       positions], ["x_0"])
+
+    for i in range(config.encoder_layers):
+        p = f"encoder_layers.{i}."
+
+        def self_attention(y: str, i=i, a=p + "self_attn.") -> tuple[str, str]:
+            q, k, v = (f"{part}_{i}" for part in "qkv")
+            g.node("Split", [g.qkv(a, y, i)], [q, k, v], axis=2, num_outputs=3)
+            context = g.node("MultiHeadAttention", [q, k, v, "", key_padding],
+                             [f"context_{i}"], domain="com.microsoft", num_heads=heads)
+            out = g.node("MatMul", [context, g.weight(a + "w_o.")], [f"self_out_{i}"])
+            return out, a + "w_o.bias"
+
+        x = g.sublayer(p, 0, x, f"self_{i}", self_attention, fused=False)
+        x = g.sublayer(p, 1, x, f"ffn_{i}",
+                       lambda y, i=i, f=p + "feed_forward.": g.feed_forward(f, y, i),
+                       fused=False)
+    if config.pre_norm:  # the pre-norm stack's final LayerNorm
+        x = g.layer_norm("encoder_norm.", x, "memory")
+
+    # Each row's last real source position (0 for a row with none), for cross_last.
+    count = g.node("ReduceSum", [g.node("Cast", [src_mask], ["src_mask_i64"],
+                                        to=TensorProto.INT64), "axis1"], ["src_count"])
+    last = g.node("Sub", [g.node("Max", [count, "one"], ["src_lengths"]), "one"], ["src_last"])
+    # Every decoder layer's cross keys in one product, and values in another: columns
+    # [layer][head][head_dim], so one Transpose makes each cache.
+    rows = []
+    for kind in ("keys", "values"):
+        linears = [f"decoder_layers.{i}.cross_attn.w_{kind[0]}." for i in range(layers)]
+        w = np.concatenate([state[linear + "weight"] for linear in linears]).T
+        b = np.concatenate([state[linear + "bias"] for linear in linears])
+        projected = g.node("Add", [g.node("MatMul", [x, g.const(f"cross_{kind}.weight", w)],
+                                          [f"cross_{kind}_nobias"]),
+                                   g.const(f"cross_{kind}.bias", b)], [f"cross_{kind}_flat"])
+        split = g.node("Reshape", [projected, g.const(
+            f"cross_{kind}_shape", np.array([0, 0, layers, heads, head_dim], np.int64))],
+                       [f"cross_{kind}_5d"])
+        g.node("Transpose", [split], [f"cross_{kind}"], perm=[2, 0, 3, 1, 4])
+        row = g.node("GatherND", [projected, last], [f"cross_last_{kind}"], batch_dims=1)
+        rows.append(g.node("Reshape", [row, g.const(
+            f"cross_last_{kind}_shape", np.array([0, layers, d_model], np.int64))],
+                           [f"cross_last_{kind}_3d"]))
+    # cross_last: [batch, 1, layers * 2 * d_model], layer by layer, key before value
+    pairs = g.node("Concat", rows, ["cross_last_pairs"], axis=2)
+    g.node("Reshape", [pairs, g.const("cross_last_shape", np.array([0, 1, -1], np.int64))],
+           ["cross_last"])
+
+    def info(name, dtype, shape):
+        return helper.make_tensor_value_info(name, dtype, shape)
+
+    cache = [layers, "batch", heads, "src_len", head_dim]
+    F = TensorProto.FLOAT
+    return g.model(
+        "encoder",
+        [info("src_tokens", TensorProto.INT64, ["batch", "src_len"])],
+        [info("cross_keys", F, cache), info("cross_values", F, cache),
+         info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
+         info("cross_last", F, ["batch", 1, 2 * layers * d_model])],
+    )
 
 
 def _fused_decoder_graph(model: Transformer):
@@ -128,57 +277,17 @@ def _fused_decoder_graph(model: Transformer):
     copy. Post-norm Add & Norm is one ``SkipLayerNormalization`` (bias + residual +
     LayerNorm); pre-norm is ``LayerNormalization`` before the sublayer and an Add after. At
     batch 1 a step costs mostly per-node overhead, so the node count is the step time."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
-    config = model.config
-    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    g = _GraphBuilder(model)
+    config = g.config
     heads, d_model = config.heads, config.d_model
-    eps = float(config.layer_norm_eps)
-    inits: list = []
-    nodes: list = []
-
-    def const(name: str, array) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def node(op: str, inputs: list[str], outputs: list[str], domain: str = "", **attrs):
-        nodes.append(
-            helper.make_node(op, inputs, outputs, name=outputs[0], domain=domain, **attrs)
-        )
-        return outputs[0]
-
-    def weight(prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
-        return const(prefix + "weight", state[prefix + "weight"].T)
-
-    def layer_norm(prefix: str, x: str, out: str) -> str:
-        return node("LayerNormalization",
-                    [x, const(prefix + "weight", state[prefix + "weight"]),
-                     const(prefix + "bias", state[prefix + "bias"])],
-                    [out], axis=-1, epsilon=eps)
-
-    def sublayer(layer: str, norm: int, x: str, name: str, body) -> str:
-        """AddNorm around ``body(input) -> (output, output bias)``: post-norm
-        LayerNorm(x + output + bias) in one kernel, or pre-norm x + body(LayerNorm(x))."""
-        norm_prefix = f"{layer}sublayer.{norm}.norm."
-        if config.pre_norm:
-            out, bias = body(layer_norm(norm_prefix, x, f"{name}_normed"))
-            biased = node("Add", [out, const(bias, state[bias])], [f"{name}_biased"])
-            return node("Add", [x, biased], [f"{name}_residual"])
-        out, bias = body(x)
-        return node(
-            "SkipLayerNormalization",
-            [out, x, const(norm_prefix + "weight", state[norm_prefix + "weight"]),
-             const(norm_prefix + "bias", state[norm_prefix + "bias"]), const(bias, state[bias])],
-            [f"{name}_norm"],
-            domain="com.microsoft",
-            epsilon=eps,
-        )
-
+    node = g.node
     lut = model.embeddings.lut.weight.detach().float()
-    const("embed_table", (lut * model.embeddings.scale).numpy())
-    const("position_table", model.positional.table.float().numpy())
-    const("axis1", np.array([1], np.int64))
-    const("one", np.array(1, np.int64))
+    g.const("embed_table", (lut * model.embeddings.scale).numpy())
+    g.const("position_table", model.positional.table.float().numpy())
+    g.const("axis1", np.array([1], np.int64))
+    g.const("one", np.array(1, np.int64))
     tokens = node("Unsqueeze", ["tokens", "axis1"], ["tokens_2d"])
     positions = node("Unsqueeze", ["positions", "axis1"], ["positions_2d"])
     x = node(
@@ -211,26 +320,22 @@ def _fused_decoder_graph(model: Transformer):
     for i in range(config.decoder_layers):
         p = f"decoder_layers.{i}."
         caches = {name: f"{name}_{i}" for name in CACHE_INPUTS}
-        a, c, f = p + "self_attn.", p + "cross_attn.", p + "feed_forward."
+        a, c = p + "self_attn.", p + "cross_attn."
 
         def self_attention(y: str, i=i, a=a, caches=caches) -> tuple[str, str]:
-            qkv_w = np.concatenate([state[a + f"w_{n}.weight"] for n in "qkv"]).T
-            qkv_b = np.concatenate([state[a + f"w_{n}.bias"] for n in "qkv"])
-            qkv = node("Add", [node("MatMul", [y, const(a + "qkv.weight", qkv_w)],
-                                    [f"qkv_nobias_{i}"]), const(a + "qkv.bias", qkv_b)],
-                       [f"qkv_{i}"])
             context = node(
                 "GroupQueryAttention",
-                [qkv, "", "", caches["self_keys"], caches["self_values"], cache_lengths, total],
+                [g.qkv(a, y, i), "", "", caches["self_keys"], caches["self_values"],
+                 cache_lengths, total],
                 [f"self_context_{i}", f"present_keys_{i}", f"present_values_{i}"],
                 domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
             )
-            out = node("MatMul", [context, weight(a + "w_o.")], [f"self_out_{i}"])
+            out = node("MatMul", [context, g.weight(a + "w_o.")], [f"self_out_{i}"])
             return out, a + "w_o.bias"
 
         def cross_attention(y: str, i=i, c=c, caches=caches) -> tuple[str, str]:
-            q = node("Add", [node("MatMul", [y, weight(c + "w_q.")], [f"cross_q_nobias_{i}"]),
-                             const(c + "w_q.bias", state[c + "w_q.bias"])], [f"cross_q_{i}"])
+            q = node("Add", [node("MatMul", [y, g.weight(c + "w_q.")], [f"cross_q_nobias_{i}"]),
+                             g.bias(c + "w_q.bias")], [f"cross_q_{i}"])
             keys, values = caches["cross_keys"], caches["cross_values"]
             context = node(
                 "GroupQueryAttention",
@@ -239,26 +344,20 @@ def _fused_decoder_graph(model: Transformer):
                 [f"cross_context_{i}", f"present_cross_keys_{i}", f"present_cross_values_{i}"],
                 domain="com.microsoft", num_heads=heads, kv_num_heads=heads,
             )
-            out = node("MatMul", [context, weight(c + "w_o.")], [f"cross_out_{i}"])
+            out = node("MatMul", [context, g.weight(c + "w_o.")], [f"cross_out_{i}"])
             return out, c + "w_o.bias"
 
-        def feed_forward(y: str, i=i, f=f) -> tuple[str, str]:
-            hidden = node("MatMul", [y, weight(f + "w_1.")], [f"ffn_hidden_nobias_{i}"])
-            hidden = node("Add", [hidden, const(f + "w_1.bias", state[f + "w_1.bias"])],
-                          [f"ffn_pre_{i}"])
-            hidden = node("Relu", [hidden], [f"ffn_hidden_{i}"])
-            return node("MatMul", [hidden, weight(f + "w_2.")], [f"ffn_out_{i}"]), f + "w_2.bias"
-
-        x = sublayer(p, 0, x, f"self_{i}", self_attention)
-        x = sublayer(p, 1, x, f"cross_{i}", cross_attention)
-        x = sublayer(p, 2, x, f"ffn_{i}", feed_forward)
+        x = g.sublayer(p, 0, x, f"self_{i}", self_attention)
+        x = g.sublayer(p, 1, x, f"cross_{i}", cross_attention)
+        x = g.sublayer(p, 2, x, f"ffn_{i}",
+                       lambda y, i=i, f=p + "feed_forward.": g.feed_forward(f, y, i))
 
     if config.pre_norm:  # the pre-norm stack's final LayerNorm
-        x = layer_norm("decoder_norm.", x, "decoder_out")
+        x = g.layer_norm("decoder_norm.", x, "decoder_out")
     never = model.never_generate.numpy()
-    logits = node("MatMul", [x, const("generator.weight", lut.numpy().T)], ["logits_3d"])
+    logits = node("MatMul", [x, g.const("generator.weight", lut.numpy().T)], ["logits_3d"])
     penalty = np.where(never, np.finfo(np.float32).min, 0).astype(np.float32)
-    logits = node("Add", [logits, const("never_generate", penalty)], ["logits_masked"])
+    logits = node("Add", [logits, g.const("never_generate", penalty)], ["logits_masked"])
     node("Squeeze", [logits, "axis1"], ["logits"])
     node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)
     L, H, D = config.decoder_layers, heads, config.head_dim
@@ -280,15 +379,7 @@ def _fused_decoder_graph(model: Transformer):
         kind = "present_cross" if name.startswith("present_cross") else name.split("_")[0]
         cache = info(name, F, ["batch", H, lengths[kind], D])
         (outputs if name.startswith("present") else inputs)[name] = cache
-    graph = helper.make_graph(
-        nodes, "decoder_step", list(inputs.values()), list(outputs.values()), inits
-    )
-    return helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
-        ir_version=9,  # onnxruntime reads up to IR 10; onnx's default may be newer
-        producer_name="training.export",
-    )
+    return g.model("decoder_step", list(inputs.values()), list(outputs.values()))
 
 
 def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int = 0) -> None:
@@ -341,7 +432,8 @@ def _session(path: Path, threads: int = 0) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=DISABLED_OPTIMIZERS)
 
 
 def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int = 0) -> float:

@@ -1,12 +1,11 @@
 """Rebuild a PyTorch checkpoint from a bundle's fp32 graphs, so a shipped model can be trained
 further (``train --init-from``) or compared against other engines when its training run is gone.
 
-Every parameter of the model is an initializer of ``encoder.onnx`` or ``decoder.onnx``: the
-encoder's by the module's own names (the traced graph keeps them) except the Linear weights,
-which the exporter folds into anonymous transposed MatMul constants; each of those feeds an Add
-with its named bias, which names it. The decoder graph is built by hand from named, transposed
-or concatenated weights (see ``export._fused_decoder_graph``), undone here. The result is checked
-by loading it into a ``Transformer`` with ``strict=True``; ``export`` then checks the maths.
+Every parameter of the model is an initializer of ``encoder.onnx`` or ``decoder.onnx``, both
+built by hand from the module's named weights, transposed for MatMul or concatenated (see
+``export._GraphBuilder``), which is undone here; the tied embedding is the decoder's output
+projection. The result is checked by loading it into a ``Transformer`` with ``strict=True``;
+``export`` then checks the maths.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,55 +25,65 @@ from training.model import Transformer
 _CONFIG_FIELDS = {field.name for field in dataclasses.fields(ModelConfig)}
 
 
-def _initializers(path: Path) -> tuple[dict[str, np.ndarray], Any]:
+def _initializers(path: Path) -> dict[str, np.ndarray]:
     import onnx
     from onnx import numpy_helper
 
     graph = onnx.load(str(path)).graph
-    return {init.name: numpy_helper.to_array(init) for init in graph.initializer}, graph
+    return {init.name: numpy_helper.to_array(init) for init in graph.initializer}
 
 
-def _encoder_params(path: Path) -> dict[str, np.ndarray]:
-    inits, graph = _initializers(path)
-    params = {name.removeprefix("model."): value for name, value in inits.items()
-              if name.startswith("model.")}
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    for node in graph.node:
-        if node.op_type != "MatMul" or node.input[1] not in inits or node.input[1] in params:
-            continue
-        biases = [name for add in consumers.get(node.output[0], []) if add.op_type == "Add"
-                  for name in add.input if name.startswith("model.") and name.endswith(".bias")]
-        if len(biases) != 1:
-            raise ValueError(f"{path}: cannot name the weight {node.input[1]} (no single bias)")
-        name = biases[0].removeprefix("model.").removesuffix(".bias") + ".weight"
-        params[name] = inits[node.input[1]].T
+def _columns(matrix: np.ndarray, parts: int) -> list[np.ndarray]:
+    """A MatMul weight [in, parts * out] back into ``parts`` nn.Linear weights [out, in]."""
+    return [part.T for part in np.split(matrix, parts, axis=1)]
+
+
+def _layer_params(inits: dict[str, np.ndarray], p: str, norms: int) -> dict[str, np.ndarray]:
+    """One encoder or decoder layer's self-attention, feed-forward and norms: what both
+    graphs store alike (the decoder's cross-attention is read by the caller)."""
+    params: dict[str, np.ndarray] = {}
+    qkv_b = np.split(inits[p + "self_attn.qkv.bias"], 3)
+    for part, weight, bias in zip("qkv", _columns(inits[p + "self_attn.qkv.weight"], 3), qkv_b,
+                                  strict=True):
+        params[p + f"self_attn.w_{part}.weight"] = weight
+        params[p + f"self_attn.w_{part}.bias"] = bias
+    for linear in ("self_attn.w_o.", "feed_forward.w_1.", "feed_forward.w_2."):
+        params[p + linear + "weight"] = inits[p + linear + "weight"].T
+        params[p + linear + "bias"] = inits[p + linear + "bias"]
+    for norm in range(norms):
+        for part in ("weight", "bias"):
+            name = f"{p}sublayer.{norm}.norm.{part}"
+            params[name] = inits[name]
+    return params
+
+
+def _encoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
+    inits = _initializers(path)
+    if "cross_keys.weight" not in inits:
+        raise ValueError(f"{path}: not a graph of this exporter (exported before the encoder "
+                         "was built by hand); recover it with the version that exported it")
+    params: dict[str, np.ndarray] = {}
+    for i in range(config.encoder_layers):
+        params.update(_layer_params(inits, f"encoder_layers.{i}.", norms=2))
+    # The decoder layers' cross keys and values, projected from the encoder's output here.
+    for kind in ("keys", "values"):
+        weights = _columns(inits[f"cross_{kind}.weight"], config.decoder_layers)
+        biases = np.split(inits[f"cross_{kind}.bias"], config.decoder_layers)
+        for i, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
+            linear = f"decoder_layers.{i}.cross_attn.w_{kind[0]}."
+            params[linear + "weight"], params[linear + "bias"] = weight, bias
     return params
 
 
 def _decoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
-    inits, _ = _initializers(path)
-    d_model = config.d_model
-    params: dict[str, np.ndarray] = {}
+    inits = _initializers(path)
+    params = {"embeddings.lut.weight": inits["generator.weight"].T}
     for i in range(config.decoder_layers):
         p = f"decoder_layers.{i}."
-        qkv_w, qkv_b = inits[p + "self_attn.qkv.weight"].T, inits[p + "self_attn.qkv.bias"]
-        for j, part in enumerate("qkv"):
-            rows = slice(j * d_model, (j + 1) * d_model)
-            params[p + f"self_attn.w_{part}.weight"] = qkv_w[rows]
-            params[p + f"self_attn.w_{part}.bias"] = qkv_b[rows]
-        for linear in ("self_attn.w_o.", "cross_attn.w_q.", "cross_attn.w_o.",
-                       "feed_forward.w_1.", "feed_forward.w_2."):
+        params.update(_layer_params(inits, p, norms=3))
+        for linear in ("cross_attn.w_q.", "cross_attn.w_o."):
             params[p + linear + "weight"] = inits[p + linear + "weight"].T
-        for name in ("self_attn.w_o.bias", "cross_attn.w_q.bias", "cross_attn.w_o.bias",
-                     "feed_forward.w_1.bias", "feed_forward.w_2.bias"):
-            params[p + name] = inits[p + name]
-        for norm in range(3):
-            for part in ("weight", "bias"):
-                name = f"{p}sublayer.{norm}.norm.{part}"
-                params[name] = inits[name]
+            params[p + linear + "bias"] = inits[p + linear + "bias"]
     return params
 
 
@@ -85,10 +93,10 @@ def checkpoint_from_bundle(bundle_dir: str | Path, out_path: str | Path) -> Path
     bundle = load_bundle(bundle_dir)  # manifest and checksums validated
     manifest, out_path = bundle.manifest, Path(out_path)
     if manifest["model"].get("pre_norm"):
-        raise ValueError("only post-norm bundles can be recovered (the fused decoder graph)")
+        raise ValueError("only post-norm bundles can be recovered (the graphs fuse Add & Norm)")
     config = ModelConfig(**{k: v for k, v in manifest["model"].items() if k in _CONFIG_FIELDS})
     encoder, decoder = bundle.graph_paths("fp32")
-    params = _encoder_params(encoder)
+    params = _encoder_params(encoder, config)
     params.update(_decoder_params(decoder, config))
     model = Transformer(config)
     model.load_state_dict({k: torch.tensor(np.ascontiguousarray(v))

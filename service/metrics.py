@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -75,6 +76,33 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def pair(self, pair: str) -> PairMetrics:
+        """The scheduler's series for one language pair, created now (so they read 0 before
+        the first sentence rather than being absent)."""
+        return PairMetrics(
+            batch_rows=self.batch_rows.labels(pair),
+            running_sentences=self.running_sentences.labels(pair),
+            decode_steps=self.decode_steps.labels(pair),
+            generated_tokens=self.generated_tokens.labels(pair),
+            source_tokens=self.source_tokens.labels(pair),
+            sentences={outcome: self.sentences.labels(pair, outcome)
+                       for outcome in ("done", "dropped", "failed")},
+        )
+
+
+@dataclass(frozen=True)
+class PairMetrics:
+    """One pair's children of the labelled metrics, looked up once: the scheduler updates
+    them at every decoder step, and ``labels()`` costs more than the update (four updates a
+    step: 14 us with the lookups, 5 without)."""
+
+    batch_rows: Any
+    running_sentences: Any
+    decode_steps: Any
+    generated_tokens: Any
+    source_tokens: Any
+    sentences: dict[str, Any]  # by outcome: done, dropped, failed
 
 
 class RequestMetricsMiddleware:

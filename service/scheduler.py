@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from service.decoding import DecodeOptions, Engine, Translation
-    from service.metrics import Metrics
+    from service.metrics import Metrics, PairMetrics
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,10 @@ class _Job:
 class _Lane:
     """One worker's running batch of one language pair."""
 
-    def __init__(self, pair: str, engine: Engine) -> None:
+    def __init__(self, pair: str, engine: Engine, metrics: PairMetrics | None) -> None:
         self.pair = pair
         self.engine = engine
+        self.metrics = metrics
         self.batch = engine.new_batch()
         self.running: set[_Job] = set()
         self.tokens = 0
@@ -108,10 +109,17 @@ class _Lane:
 class _Worker:
     """A thread with one engine replica per pair, and its lanes."""
 
-    def __init__(self, index: int, engines: Mapping[str, Engine]) -> None:
+    def __init__(
+        self,
+        index: int,
+        engines: Mapping[str, Engine],
+        metrics: Mapping[str, PairMetrics],
+    ) -> None:
         self.index = index
         self.name = f"scheduler-{index}"
-        self.lanes = {pair: _Lane(pair, engine) for pair, engine in engines.items()}
+        self.lanes = {
+            pair: _Lane(pair, engine, metrics.get(pair)) for pair, engine in engines.items()
+        }
         self.cancelled: list[_Request] = []  # requests whose rows this worker must drop
         # Idle at its last look, it left the waiting sentences to a better-placed worker, so it
         # may sleep while they wait.
@@ -167,8 +175,10 @@ class Scheduler:
         if len(counts) > 1:
             raise ValueError(f"every engine needs the same number of replicas, got {counts}")
         count = counts.pop() if counts else 1
+        pair_metrics = {pair: metrics.pair(pair) for pair in engines} if metrics else {}
         self._workers = [
-            _Worker(i, {pair: r[i] for pair, r in replicas.items()}) for i in range(count)
+            _Worker(i, {pair: r[i] for pair, r in replicas.items()}, pair_metrics)
+            for i in range(count)
         ]
         # Waiting sentences by request, in arrival order, per pair; admission takes one
         # sentence from each request in turn (see _admit).
@@ -357,9 +367,9 @@ class Scheduler:
                     self._drop(lane, cancelled)
                     self._encode(lane, admitted[lane])
                     self._step(lane)
-                    if self._metrics is not None:
+                    if lane.metrics is not None:
                         running = sum(len(w.lanes[lane.pair].running) for w in self._workers)
-                        self._metrics.running_sentences.labels(lane.pair).set(running)
+                        lane.metrics.running_sentences.set(running)
         except BaseException as exc:  # a bug here must not leave requests hanging
             log.exception("%s failed", worker.name)
             error = exc
@@ -461,9 +471,9 @@ class Scheduler:
                 self._count(lane, "failed")
                 self._fail(lane, request, exc)
                 continue
-            if self._metrics is not None:
+            if self._metrics is not None and lane.metrics is not None:
                 self._metrics.queue_wait.observe(now - job.enqueued_at)
-                self._metrics.source_tokens.labels(lane.pair).inc(len(source))
+                lane.metrics.source_tokens.inc(len(source))
 
     def _step(self, lane: _Lane) -> None:
         if not lane.running:
@@ -481,9 +491,9 @@ class Scheduler:
             for request in requests:
                 self._fail(lane, request, exc)
             return
-        if self._metrics is not None:
-            self._metrics.decode_steps.labels(lane.pair).inc()
-            self._metrics.batch_rows.labels(lane.pair).observe(rows)
+        if lane.metrics is not None:
+            lane.metrics.decode_steps.inc()
+            lane.metrics.batch_rows.observe(rows)
         for job, translation in finished:
             if job not in lane.running:
                 continue
@@ -522,12 +532,11 @@ class Scheduler:
             request.loop.call_soon_threadsafe(settle)
 
     def _count(self, lane: _Lane, outcome: str, translation: Translation | None = None) -> None:
-        if self._metrics is None:
+        if lane.metrics is None:
             return
-        self._metrics.sentences.labels(lane.pair, outcome).inc()
+        lane.metrics.sentences[outcome].inc()
         if translation is not None:
-            best = translation.hypotheses[0]
-            self._metrics.generated_tokens.labels(lane.pair).inc(len(best.token_ids))
+            lane.metrics.generated_tokens.inc(len(translation.hypotheses[0].token_ids))
 
     def _set_queue_gauge(self) -> None:
         if self._metrics is not None:

@@ -21,12 +21,14 @@ once, and its numbers are bit-identical to its own, decoded alone.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
 import os
+import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -301,6 +303,8 @@ class Engine:
             replica._open_sessions()
             replica.replicas = [replica]  # its own translate() must not use the others' sessions
             self.replicas.append(replica)
+        for replica in self.replicas:  # each its own (see _batch_for)
+            replica._spare, replica._spare_lock = None, threading.Lock()
 
     def _open_sessions(self) -> None:
         options = ort.SessionOptions()
@@ -434,13 +438,34 @@ class Engine:
         self, indices: list[int], sources: list[list[int]], options: DecodeOptions
     ) -> dict[int, Translation]:
         """One static batch, decoded to the end on this replica's sessions."""
-        batch = self.new_batch()
-        for index in indices:
-            batch.add(index, sources[index], options)
-        results: dict[int, Translation] = {}
-        while len(batch):
-            results.update(batch.step())
-        return results
+        with self._batch_for(len(indices) * options.beam_size) as batch:
+            for index in indices:
+                batch.add(index, sources[index], options)
+            results: dict[int, Translation] = {}
+            while len(batch):
+                results.update(batch.step())
+            return results
+
+    @contextlib.contextmanager
+    def _batch_for(self, rows: int) -> Iterator[DecodeBatch]:
+        """A batch for ``rows`` rows: for a few, this replica's spare one, whose buffers and
+        bindings outlive the call (as the service's running batches do); a new batch cost a
+        lone sentence ~10% more (greedy, 64 test sentences one call each, interleaved: 25-27
+        against 22-26 ms/sentence). A new one for more rows, where setting up is a small
+        share and the buffers would be large to keep, or when another thread has the spare;
+        a call that fails leaves the spare behind, in whatever state, for a new one."""
+        if rows > SMALL_DECODER_ROWS or not self._spare_lock.acquire(blocking=False):
+            yield self.new_batch()
+            return
+        try:
+            if self._spare is None:
+                self._spare = self.new_batch()
+            yield self._spare
+        except BaseException:
+            self._spare = None
+            raise
+        finally:
+            self._spare_lock.release()
 
     def options(self, **overrides) -> DecodeOptions:
         """``DecodeOptions`` with the bundle's recommendations under ``overrides``."""

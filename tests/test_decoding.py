@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,42 @@ def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pai
     # Every thread asked for is used, none twice.
     uneven = Engine(tiny_bundle, device="cpu", threads=3, workers=2)
     assert [replica.threads for replica in uneven.replicas] == [2, 1]
+
+
+def test_one_sentence_calls_share_a_batch_yet_never_each_others_rows(
+    engine: Engine, pairs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls of a few rows decode in the replica's spare batch. A call that fails midway
+    (the decoder raising at its third step) must leave none of its rows to the next call, and
+    calls from several threads at once must not decode in the same batch."""
+    sources = [s for s, _ in pairs[:8]] + ["Where is the printer?", "Yes."]
+    want = {s: engine.translate([s], beam_size=2)[0].hypotheses[0].token_ids for s in sources}
+
+    real, calls = engine.run_decoder, 0
+
+    def failing(session, binding) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("the decoder failed")
+        real(session, binding)
+
+    monkeypatch.setattr(engine, "run_decoder", failing)
+    # The longest translation: left behind, it would outlast the next call's sentence.
+    by_length = sorted(sources, key=lambda s: len(want[s]))
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        engine.translate([by_length[-1]], beam_size=2)
+    monkeypatch.undo()
+    assert all(engine.translate([s], beam_size=2)[0].hypotheses[0].token_ids == want[s]
+               for s in by_length)
+
+    def translate_all(offset: int) -> bool:
+        order = sources[offset:] + sources[:offset]
+        return all(engine.translate([s], beam_size=2)[0].hypotheses[0].token_ids == want[s]
+                   for s in order * 3)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(translate_all, range(4)))
 
 
 def test_beam_one_is_greedy_and_beam_finds_at_least_greedy_score(engine, pairs) -> None:

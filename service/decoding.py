@@ -228,6 +228,11 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
 COMPACT_IDLE_SHARE = 0.25
 
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
+# Up to this many rows an offline call decodes in its replica's spare batch (Engine._batch_for).
+# Beyond it, setting a batch up is a small share of the call (one thread, interleaved, ms per
+# sentence, new batch against spare: greedy batch 32 14.8-17.0 against 14.7-16.4), and the
+# buffers a larger spare would keep grow to tens of MB.
+SPARE_BATCH_ROWS = 8
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
 
@@ -448,13 +453,13 @@ class Engine:
 
     @contextlib.contextmanager
     def _batch_for(self, rows: int) -> Iterator[DecodeBatch]:
-        """A batch for ``rows`` rows: for a few, this replica's spare one, whose buffers and
-        bindings outlive the call (as the service's running batches do); a new batch cost a
-        lone sentence ~10% more (greedy, 64 test sentences one call each, interleaved: 25-27
-        against 22-26 ms/sentence). A new one for more rows, where setting up is a small
-        share and the buffers would be large to keep, or when another thread has the spare;
-        a call that fails leaves the spare behind, in whatever state, for a new one."""
-        if rows > SMALL_DECODER_ROWS or not self._spare_lock.acquire(blocking=False):
+        """A batch for ``rows`` rows: for a few (``SPARE_BATCH_ROWS``), this replica's spare
+        one, whose buffers and bindings outlive the call, as the service's running batches do.
+        A new batch cost a lone sentence ~10% more (greedy, 64 test sentences one call each,
+        interleaved: 25-27 against 22-26 ms/sentence), most of it in the decoder's first runs
+        on fresh buffers. A new one when another thread has the spare; a call that fails
+        leaves the spare behind, in whatever state, for a new one."""
+        if rows > SPARE_BATCH_ROWS or not self._spare_lock.acquire(blocking=False):
             yield self.new_batch()
             return
         try:

@@ -279,6 +279,26 @@ def test_finished_rows_are_reused_by_sentences_of_the_same_width(engine: Engine,
     assert reused
 
 
+def test_a_lone_sentence_after_another_takes_its_rows_as_they_are(engine: Engine, pairs) -> None:
+    """One sentence at a time (a lone client, one-sentence calls): each newcomer fills the
+    drained batch's hole of its width, sources long and short in turn, and the rows keep
+    their buffers and bindings (the cache's version stays) yet every answer is its own."""
+    sources = [" ".join(s for s, _ in pairs[:3]), pairs[3][0], "Yes.", pairs[4][0] * 2]
+    for options in (DecodeOptions(), DecodeOptions(beam_size=2, no_repeat_ngram_size=2)):
+        expected = [t.text for t in engine.translate(sources, max_batch_rows=1,
+                                                     **vars(options))]
+        batch = engine.new_batch()
+        versions = []
+        for index, source in enumerate(sources):
+            batch.add(index, engine.tokenize(source), options)
+            results: dict = {}
+            while len(batch):
+                results.update(batch.step())
+            assert results[index].text == expected[index]
+            versions.append(batch.cache.version)
+        assert len(set(versions[1:])) == 1  # rebound for none after the first (widest) source
+
+
 def test_int8_variant_translates(tiny_bundle: Path, pairs) -> None:
     int8 = Engine(tiny_bundle, device="cpu", threads=1, variant="int8")
     assert int8.variant == "int8"

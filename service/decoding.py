@@ -770,7 +770,7 @@ class DecodeBatch:
             # Nothing running: start afresh rather than in old rows. Unless the newcomers
             # fill the holes exactly (a lone client's next sentence): then the rows, and so
             # the graph's bindings, stay as they are (compacting and binding anew cost such
-            # a sentence's first step ~0.3 of its ~3.4 ms).
+            # a sentence's first step ~0.3 ms of its ~3.4).
             self._compact()
         # After compacting, which may have given back the width of sources that left.
         self.cache.reserve(self.cache.rows, src_width=max(len(s.source_ids) for s in new))

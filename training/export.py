@@ -67,7 +67,7 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     ``_fused_decoder_graph``) with dynamic batch, source and cache lengths."""
     import onnx
 
-    model.eval()
+    model.eval()  # the parity check that follows runs it: dropout off
     onnx.save(_fused_encoder_graph(model), out_dir / "encoder.onnx")
     onnx.save(_fused_decoder_graph(model), out_dir / "decoder.onnx")
 

@@ -161,6 +161,11 @@ def auto_workers(device: str, threads: int) -> int:
     return 2 if device == "cpu" and threads >= 2 else 1
 
 
+def _finite_or_minus_inf(value: float) -> float:
+    """A plain Python float, with anything not finite (inf, nan) as -inf."""
+    return float(value) if math.isfinite(value) else float("-inf")
+
+
 CANDIDATE_MARGINS = (4.0, 8.0)  # nats below the best total, tried in turn
 
 
@@ -715,8 +720,8 @@ class DecodeBatch:
                     text=self.engine.detokenize(ids),
                     token_ids=ids,
                     tokens=[self.engine.tokenizer.id_to_piece(t) for t in ids],
-                    score=float(score) if math.isfinite(score) else float("-inf"),
-                    log_prob=float(log_prob) if math.isfinite(log_prob) else float("-inf"),
+                    score=_finite_or_minus_inf(score),
+                    log_prob=_finite_or_minus_inf(log_prob),
                     length=length,
                 )
             )

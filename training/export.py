@@ -72,6 +72,12 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     onnx.save(_fused_decoder_graph(model), out_dir / "decoder.onnx")
 
 
+def _value_info(name: str, dtype: int, shape: list):
+    from onnx import helper
+
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
 class _GraphBuilder:
     """Nodes and named initialisers of a hand-built graph of onnxruntime's fused CPU kernels,
     with the model's weights at hand. Weights keep the module's names (transposed for MatMul,
@@ -97,6 +103,15 @@ class _GraphBuilder:
             helper.make_node(op, inputs, outputs, name=outputs[0], domain=domain, **attrs)
         )
         return outputs[0]
+
+    def embedding_tables(self, model: Transformer):
+        """``embed_table`` (the scaled embeddings, §3.4) and ``position_table`` (§3.5), which
+        both graphs gather from; returns the unscaled embedding matrix (the tied output
+        projection's)."""
+        lut = model.embeddings.lut.weight.detach().float()
+        self.const("embed_table", (lut * model.embeddings.scale).numpy())
+        self.const("position_table", model.positional.table.float().numpy())
+        return lut
 
     def weight(self, prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
         return self.const(prefix + "weight", self.state[prefix + "weight"].T)
@@ -175,15 +190,13 @@ def _fused_encoder_graph(model: Transformer):
     Norm is unfused (see ``_GraphBuilder.sublayer``): the encoder's products have a row per
     source token. All decoder layers' cross keys come from one MatMul, and values from
     another."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
     g = _GraphBuilder(model)
     config, state = g.config, g.state
     heads, d_model, head_dim = config.heads, config.d_model, config.head_dim
     layers = config.decoder_layers
-    lut = model.embeddings.lut.weight.detach().float()
-    g.const("embed_table", (lut * model.embeddings.scale).numpy())
-    g.const("position_table", model.positional.table.float().numpy())
+    g.embedding_tables(model)
     g.const("axis1", np.array([1], np.int64))
     g.const("zero", np.array([0], np.int64))
     g.const("one", np.array(1, np.int64))
@@ -241,17 +254,14 @@ def _fused_encoder_graph(model: Transformer):
     g.node("Reshape", [pairs, g.const("cross_last_shape", np.array([0, 1, -1], np.int64))],
            ["cross_last"])
 
-    def info(name, dtype, shape):
-        return helper.make_tensor_value_info(name, dtype, shape)
-
     cache = [layers, "batch", heads, "src_len", head_dim]
     F = TensorProto.FLOAT
     return g.model(
         "encoder",
-        [info("src_tokens", TensorProto.INT64, ["batch", "src_len"])],
-        [info("cross_keys", F, cache), info("cross_values", F, cache),
-         info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
-         info("cross_last", F, ["batch", 1, 2 * layers * d_model])],
+        [_value_info("src_tokens", TensorProto.INT64, ["batch", "src_len"])],
+        [_value_info("cross_keys", F, cache), _value_info("cross_values", F, cache),
+         _value_info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
+         _value_info("cross_last", F, ["batch", 1, 2 * layers * d_model])],
     )
 
 
@@ -277,15 +287,13 @@ def _fused_decoder_graph(model: Transformer):
     copy. Post-norm Add & Norm is one ``SkipLayerNormalization`` (bias + residual +
     LayerNorm); pre-norm is ``LayerNormalization`` before the sublayer and an Add after. At
     batch 1 a step costs mostly per-node overhead, so the node count is the step time."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
     g = _GraphBuilder(model)
     config = g.config
     heads, d_model = config.heads, config.d_model
     node = g.node
-    lut = model.embeddings.lut.weight.detach().float()
-    g.const("embed_table", (lut * model.embeddings.scale).numpy())
-    g.const("position_table", model.positional.table.float().numpy())
+    lut = g.embedding_tables(model)
     g.const("axis1", np.array([1], np.int64))
     g.const("one", np.array(1, np.int64))
     tokens = node("Unsqueeze", ["tokens", "axis1"], ["tokens_2d"])
@@ -362,22 +370,19 @@ def _fused_decoder_graph(model: Transformer):
     node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)
     L, H, D = config.decoder_layers, heads, config.head_dim
 
-    def info(name, dtype, shape):
-        return helper.make_tensor_value_info(name, dtype, shape)
-
     F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     lengths = {"self": "past", "cross": "src_len", "present": "present_len",
                "present_cross": "src_len"}
     inputs = {
-        "tokens": info("tokens", I64, ["batch"]),
-        "positions": info("positions", I64, ["batch"]),
-        "src_mask": info("src_mask", B, ["batch", "src_len"]),
-        "cross_last": info("cross_last", F, ["batch", 1, 2 * L * d_model]),
+        "tokens": _value_info("tokens", I64, ["batch"]),
+        "positions": _value_info("positions", I64, ["batch"]),
+        "src_mask": _value_info("src_mask", B, ["batch", "src_len"]),
+        "cross_last": _value_info("cross_last", F, ["batch", 1, 2 * L * d_model]),
     }
-    outputs = {"log_probs": info("log_probs", F, ["batch", config.vocab_size])}
+    outputs = {"log_probs": _value_info("log_probs", F, ["batch", config.vocab_size])}
     for name in decoder_inputs(L)[len(inputs):] + decoder_outputs(L)[1:]:
         kind = "present_cross" if name.startswith("present_cross") else name.split("_")[0]
-        cache = info(name, F, ["batch", H, lengths[kind], D])
+        cache = _value_info(name, F, ["batch", H, lengths[kind], D])
         (outputs if name.startswith("present") else inputs)[name] = cache
     return g.model("decoder_step", list(inputs.values()), list(outputs.values()))
 

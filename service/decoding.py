@@ -152,11 +152,10 @@ def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
 def auto_workers(device: str, threads: int) -> int:
     """Replicas to run when none are asked for: two on a CPU with two or more threads, else one.
 
-    On the 2-core reference machines onnxruntime's intra-op threads barely help this small
-    model (64 test sentences, ms/sentence, one session with 2 threads against 1: fp32 batch 1
-    32.3 against 30.9, batch 32 10.4 against 9.8), while two one-thread replicas decoding
-    different batches nearly halve the time (16.1 and 5.6). A GPU runs one replica: its
-    kernels queue on one device anyway, and each replica would hold its own weights there.
+    On 2 cores onnxruntime's intra-op threads barely help this small model, while two
+    one-thread replicas decoding different batches nearly halve the time (docs/benchmarks.md).
+    A GPU runs one replica: its kernels queue on one device anyway, and each replica would
+    hold its own weights there.
     """
     return 2 if device == "cpu" and threads >= 2 else 1
 
@@ -175,16 +174,14 @@ def top_candidates(
     """The ``count`` best (beam, token) pairs by ``scores[beam] + log_probs[beam, token]``, best
     first, as (beams, tokens, totals).
 
-    Exact, yet it never sorts the whole [beams, vocab] block, which at about 10 ns an entry was
-    the largest cost of a beam step after the decoder itself. Next-token distributions are
-    peaked, so few entries come within a margin of the best total and one vectorised
-    comparison finds them. On the default model (beam 4, 64 test sentences) 4 nats was enough
-    in 71% of the steps and 8 in 98%. The rest are rows so peaked that twice 8 nats would admit
-    thousands of entries to sort (1-2.5 ms, 1-2% of the calls, a third of the candidate search's
-    time at beam 2); they take each row's ``count``-th best log-prob from a partition instead:
-    the best row alone then puts ``count`` entries over the cut-off. ``row_max`` is
-    ``log_probs.max(axis=1)`` when the caller has it already. Every pair above the cut-off is a
-    candidate, so the best ``count`` of them are the best overall."""
+    Exact, yet it never sorts the whole [beams, vocab] block, the largest cost of a beam step
+    after the decoder. Next-token distributions are peaked, so few entries come within a
+    margin of the best total and one vectorised comparison finds them; the margins cover most
+    steps (docs/benchmarks.md). When even the widest admits fewer than ``count`` (rows so peaked
+    that a wider margin would admit thousands of entries to sort), each row's ``count``-th best
+    log-prob from a partition sets the cut-off: the best row alone then puts ``count`` entries
+    over it. ``row_max`` is ``log_probs.max(axis=1)`` when the caller has it already. Every pair
+    above the cut-off is a candidate, so the best ``count`` of them are the best overall."""
     if row_max is None:
         row_max = log_probs.max(axis=1)
     row_best = scores + row_max
@@ -201,8 +198,7 @@ def top_candidates(
         # Per-row thresholds on the float32 log-probs; rows that cannot reach the cut-off
         # (a dead beam's score is NEG_INF) get +inf and contribute nothing.
         limits = np.where(row_best >= cutoff, cutoff - scores, np.inf).astype(np.float32)
-        # flatnonzero and a divmod: numpy's 2-D nonzero took 13x as long (128 against 10 us
-        # for a 4 x 8,000 block), 12% of a beam-4 decode.
+        # flatnonzero and a divmod: numpy's 2-D nonzero is 13x slower on such a block.
         beams, tokens = np.divmod(np.flatnonzero(log_probs >= limits[:, None]), vocab)
         if len(beams) >= count:
             break
@@ -227,16 +223,14 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
 
 
 # Holes are compacted away once they hold this share of the rows. Until then a newcomer of the
-# same width takes a hole over at no cost, where compacting copies every row's cache twice
-# (out, then in again when the newcomer is appended): serving 64 clients, those copies took
-# as long as the decoder itself. An idle row costs one row of a step.
+# same width takes a hole over at no cost, where compacting copies every row's cache twice; an
+# idle row costs only one row of a step.
 COMPACT_IDLE_SHARE = 0.25
 
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 # Up to this many rows an offline call decodes in its replica's spare batch (Engine._batch_for).
-# Beyond it, setting a batch up is a small share of the call (one thread, interleaved, ms per
-# sentence, new batch against spare: greedy batch 32 14.8-17.0 against 14.7-16.4), and the
-# buffers a larger spare would keep grow to tens of MB.
+# Beyond it setting a batch up is a small share of the call, and a larger spare's buffers
+# would grow to tens of MB.
 SPARE_BATCH_ROWS = 8
 
 ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder call costs
@@ -245,10 +239,8 @@ ENCODER_CALL_COST = 32  # source positions' worth of work that one more encoder 
 def length_groups(lengths: Sequence[int], call_cost: int = ENCODER_CALL_COST) -> list[slice]:
     """Split ``lengths`` (sorted longest first) into runs encoded together, each padded to its
     first. A new run starts where the padding it saves, (run width - length) for this and
-    every shorter sentence, outweighs the cost of one more encoder call. That cost was
-    estimated on the default model: a 13-token sentence alone took 4-6 ms where a batch
-    costs ~0.13 ms per source position, so a call's fixed part (weights read again, kernel
-    launches) is worth some 15-30 positions."""
+    every shorter sentence, outweighs the cost of one more encoder call: its fixed part
+    (weights read again, kernel launches), which docs/benchmarks.md estimates."""
     groups, start = [], 0
     for i in range(1, len(lengths)):
         if (lengths[start] - lengths[i]) * (len(lengths) - i) > call_cost:
@@ -320,15 +312,12 @@ class Engine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
-        # Idle intra-op threads sleep instead of spinning. On the 2-core reference machine
-        # (bench, 64 test sentences, int8, 2 threads) this is faster alone (batch 1: 10.9
-        # against 13.0 ms/sentence; batch 32: 7.7 against 9.5) and far better when anything
-        # else needs the cores: the scheduler, the HTTP side, other containers.
+        # Idle intra-op threads sleep instead of spinning: faster even alone on 2 cores, and far
+        # better when the scheduler, the HTTP side or other containers need the cores.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # onnxruntime's arena keeps the largest batch's intermediate tensors for good. Without
-        # it, serving 64 clients (8 rounds of 1,500 requests) levelled off at ~480 MiB resident
-        # against ~700 (peak 766 against 901), at 225-253 against 227-262 sentences/s.
+        # onnxruntime's arena keeps the largest batch's intermediate tensors for good; without it
+        # the service holds less memory under load at the same throughput.
         options.enable_cpu_mem_arena = self.memory_arena
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
@@ -339,14 +328,8 @@ class Engine:
         self.decoder = session(str(decoder_path), options)
         # The int8 decoder gets a second session with one thread for steps of up to
         # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
-        # a second thread for each costs more than it saves. Measured on the 2-core machine,
-        # nothing else running, 64 test sentences, best of 3 (ms/sentence, one-thread decoder
-        # session for small steps against none): int8 batch 1 9.6 against 11.1, batch 4 7.3
-        # against 8.2, batch 8 7.2 against 7.4 (with the earlier weight-only MatMulNBits
-        # int8 graphs, since replaced by training.quantize's). Not for fp32, whose larger
-        # weight reads split well over two cores (batch 1 23.5 against 21.9 with it), nor for
-        # the encoder (no gain). Thread count changes no number (log-probs are bit-identical;
-        # export checks it), so batch invariance holds across the two sessions.
+        # a second thread for each costs more than it saves (not so for fp32 or the encoder).
+        # Thread count changes no number (export checks it), so batch invariance holds.
         self.decoder_small = self.decoder
         small_sessions = self.variant == "int8" and self.providers[0] == "CPUExecutionProvider"
         if small_sessions and options.intra_op_num_threads > 1:
@@ -412,9 +395,8 @@ class Engine:
                 )
         # Longest first keeps the padded batch tight as rows retire; results go back in order.
         # Offline, batches run until they drain, as CTranslate2's do: a row that joins a
-        # running batch makes every row's cache as wide as the oldest row's history (and its
-        # source as wide as the longest), which costs more than idle rows would (2x for beam 4
-        # at batch 8). The service's scheduler keeps continuous batching.
+        # running batch widens every row's cache and source, which costs more than idle rows.
+        # The service's scheduler keeps continuous batching.
         order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
         per_batch = max(max_batch_rows // decode_options.beam_size, 1)
         batches = [order[i : i + per_batch] for i in range(0, len(order), per_batch)]
@@ -459,10 +441,9 @@ class Engine:
     @contextlib.contextmanager
     def _batch_for(self, rows: int) -> Iterator[DecodeBatch]:
         """A batch for ``rows`` rows: for a few (``SPARE_BATCH_ROWS``), this replica's spare
-        one, whose buffers and bindings outlive the call, as the service's running batches do.
-        A new batch cost a lone sentence ~10% more (greedy, 64 test sentences one call each,
-        interleaved: 25-27 against 22-26 ms/sentence), most of it in the decoder's first runs
-        on fresh buffers. A new one when another thread has the spare; a call that fails
+        one, whose buffers and bindings outlive the call, as the service's running batches do:
+        a new batch costs a lone sentence ~10% more, mostly in the decoder's first runs on
+        fresh buffers. A new one when another thread has the spare; a call that fails
         leaves the spare behind, in whatever state, for a new one."""
         if rows > SPARE_BATCH_ROWS or not self._spare_lock.acquire(blocking=False):
             yield self.new_batch()
@@ -774,8 +755,8 @@ class DecodeBatch:
                 and sorted(s.width for s in self.sentences) != sorted(s.width for s in new)):
             # Nothing running: start afresh rather than in old rows. Unless the newcomers
             # fill the holes exactly (a lone client's next sentence): then the rows, and so
-            # the graph's bindings, stay as they are (compacting and binding anew cost such
-            # a sentence's first step ~0.3 ms of its ~3.4).
+            # the graph's bindings, stay as they are (compacting and binding anew cost ~10% of
+            # such a step).
             self._compact()
         # After compacting, which may have given back the width of sources that left.
         self.cache.reserve(self.cache.rows, src_width=max(len(s.source_ids) for s in new))

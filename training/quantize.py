@@ -10,12 +10,9 @@ Why static: the scale of a row's activations must not depend on the other rows o
 or a sentence's translation would change with the traffic around it (``quantize_dynamic``
 scales each tensor by its own range, so it does exactly that). Constant scales keep each row's
 integer products, and so its log-probs, bit-identical alone and in any batch;
-``export.verify_batch_invariance`` checks it on every export. Measured on the default model
-(2-core AMD EPYC with AVX512-VNNI, one thread, beside a training job on the same cores)
-against the weight-only ``MatMulNBits`` graphs this replaced, which ran no faster than fp32
-from batch 8 on: 4.1-4.6 against 5.3 ms/sentence at batch 32, 4.0-4.2 against 5.0 at batch 8,
-beam 4 at batch 8 11.5-13.0 against 14.5-15.2, batch 1 unchanged (6.2-6.6); dev BLEU / chrF
-with the shipped decoding 9.65 / 33.72 against 9.62 / 33.82 (fp32: 9.64 / 33.79).
+``export.verify_batch_invariance`` checks it on every export. It is also ~1.2x faster than the
+weight-only ``MatMulNBits`` graphs it replaced from batch 8 on, at the same BLEU
+(docs/benchmarks.md).
 
 Weights use 7 bits (-63..63), as onnxruntime's ``reduce_range`` does: on CPUs without VNNI the
 uint8 x int8 kernel adds pairs of products in int16, and 255 * 127 * 2 would overflow it.

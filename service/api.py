@@ -186,7 +186,7 @@ async def translate(request: Request, state: State) -> TranslateResponse:
     engine = state.engines[pair]
     options = engine.options(**overrides)  # the rest: the bundle's recommended decoding
     if sum(map(len, texts)) <= _INLINE_CHARS:
-        prepared = prepare_texts(texts, engine)
+        prepared = prepare_texts(texts, engine, pair[1])
     else:
         prepared = await asyncio.to_thread(prepare_texts, texts, engine)
 
@@ -351,14 +351,15 @@ def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any
     )
 
 
-def prepare_texts(texts: Sequence[str], engine: Engine) -> list[tuple[Segmented, list[list[int]]]]:
+def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
+                  ) -> list[tuple[Segmented, list[list[int]]]]:
     """Each text's segmentation and the token ids of its pieces, every piece short enough for
     the model (sentences longer than its positions are split, never cut)."""
     cache: dict[str, list[int]] = {}
 
     def tokenize(piece: str) -> list[int]:
         if piece not in cache:
-            cache[piece] = engine.tokenize(piece)
+            cache[piece] = engine.tokenize(piece, target_lang)
         return cache[piece]
 
     prepared = []

@@ -1,6 +1,6 @@
 """A model bundle: the only thing training and serving share.
 
-ONNX contract v4 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
+ONNX contract v5 (all axes but heads/head_dim dynamic; ``i`` runs over the decoder layers):
 
 ``encoder.onnx``  src_tokens int64 [batch, src_len]
                   -> cross_keys, cross_values float [layers, batch, heads, src_len, head_dim]
@@ -29,6 +29,14 @@ computes once per sentence (v3 gathered it from the caches in the decoder, 25 ke
 Every present output may be bound to its input's buffer, and is then written in place (no copy
 of the cache per step); unbound, it is a copy.
 
+v5 keeps v4's graphs and lets the manifest describe models imported from elsewhere
+(``training/importers``): ``special_ids`` may be any ids (``bos`` is the decoder's start
+token), ``model`` records the variations baked into the graphs (activation, position layout,
+separate or tied embeddings, logits bias; see ``training.config.ModelConfig``), and optional
+keys name a ``target_tokenizer``, a ``vocabulary`` mapping SentencePiece pieces to the model's
+ids and the ``target_languages`` of a multilingual model (``service/vocabulary.py``). v4
+bundles load unchanged.
+
 v3 differed only in gathering ``cross_last`` inside the decoder step. v2 kept every row's
 history right-aligned in one shared width with a self mask: a row that joined late attended
 over the masked columns of the oldest row's history (serving 64 clients, 4x the columns a row
@@ -49,7 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CONTRACT_VERSION = 4
+CONTRACT_VERSION = 5
+SUPPORTED_VERSIONS = (4, 5)  # v4 bundles are v5 bundles without the optional keys
 CACHE_INPUTS = ("self_keys", "self_values", "cross_keys", "cross_values")
 MANIFEST = "manifest.json"
 # How to decode this model well; beam size and lengths stay the server's resource policy.
@@ -143,6 +152,13 @@ class Bundle:
         return self.dir / self.manifest["tokenizer"]
 
     @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (source, target) language pairs it translates: one per target language of a
+        multilingual model."""
+        targets = sorted(self.manifest.get("target_languages") or [self.target_lang])
+        return [(self.source_lang, target) for target in targets]
+
+    @property
     def decoding(self) -> dict[str, Any]:
         """The model's recommended decoding settings (a subset of ``DECODING_KEYS``)."""
         return dict(self.manifest.get("decoding", {}))
@@ -171,11 +187,11 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
     missing = [key for key in REQUIRED_KEYS if key not in manifest]
     if missing:
         raise BundleError(f"{manifest_path}: missing key(s) {', '.join(missing)}")
-    if manifest["contract_version"] != CONTRACT_VERSION:
+    if manifest["contract_version"] not in SUPPORTED_VERSIONS:
         raise BundleError(
             f"{manifest_path}: contract version {manifest['contract_version']!r}, "
-            f"this service speaks version {CONTRACT_VERSION} (re-export the checkpoint with "
-            "`translate-train export`)"
+            f"this service speaks versions {', '.join(map(str, SUPPORTED_VERSIONS))} "
+            "(re-export the checkpoint with `translate-train export`)"
         )
     decoding = manifest.get("decoding", {})
     if not isinstance(decoding, dict) or set(decoding) - set(DECODING_KEYS):
@@ -184,7 +200,9 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
             f"got {decoding!r}"
         )
     files: dict[str, str] = manifest["files"]
-    referenced = {manifest["tokenizer"]}
+    referenced = {manifest["tokenizer"], *manifest.get("vocabulary", {}).values()}
+    if manifest.get("target_tokenizer"):
+        referenced.add(manifest["target_tokenizer"])
     for variant in manifest["variants"].values():
         referenced.update((variant["encoder"], variant["decoder"]))
     unlisted = referenced - set(files)

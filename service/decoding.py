@@ -36,11 +36,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import onnxruntime as ort
-import sentencepiece as spm
 
 from service.bundle import Bundle, BundleError, load_bundle
 from service.cache import BatchCache
 from service.normalize import build_tables, clean_text
+from service.vocabulary import Vocabulary
 
 NEG_INF = -1e30
 # onnxruntime would fuse the encoder's Add & LayerNorm pairs into SkipLayerNormalization, whose
@@ -272,10 +272,15 @@ class Engine:
             raise ValueError(f"threads and workers must be >= 0, got {threads} and {workers}")
         self.bundle: Bundle = load_bundle(bundle_dir)
         self.memory_arena = memory_arena
-        self.tokenizer = spm.SentencePieceProcessor(model_file=str(self.bundle.tokenizer_path))
         ids = self.bundle.special_ids
         self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
-        if self.tokenizer.pad_id() != self.pad_id or self.tokenizer.eos_id() != self.eos_id:
+        try:
+            self.vocabulary = Vocabulary.from_manifest(self.bundle.dir, self.bundle.manifest)
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"{self.bundle.dir}: {exc}") from exc
+        if "vocabulary" not in self.bundle.manifest and (
+                self.vocabulary.source.pad_id() != self.pad_id
+                or self.vocabulary.source.eos_id() != self.eos_id):
             raise BundleError(f"{self.bundle.tokenizer_path}: special ids differ from the manifest")
         self.max_source_tokens = self.bundle.max_positions
         self.decoding_defaults = self.bundle.decoding  # the model's measured best settings
@@ -364,21 +369,24 @@ class Engine:
     def device(self) -> str:
         return "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
 
-    def tokenize(self, sentence: str) -> list[int]:
-        """Source ids of ``sentence``, normalised as the training corpus was, followed by EOS."""
-        return [*self.tokenizer.encode(clean_text(sentence)), self.eos_id]
+    def tokenize(self, sentence: str, target_lang: str | None = None) -> list[int]:
+        """Source ids of ``sentence``, normalised as the training corpus was, followed by EOS
+        (after the target-language token of a multilingual model)."""
+        return self.vocabulary.encode(clean_text(sentence), target_lang)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids))
+        return self.vocabulary.decode(ids)
 
     def new_batch(self) -> DecodeBatch:
         """A batch for continuous batching."""
         return DecodeBatch(self)
 
     def translate(
-        self, sentences: Sequence[str], max_batch_rows: int = 64, **options
+        self, sentences: Sequence[str], max_batch_rows: int = 64,
+        target_lang: str | None = None, **options
     ) -> list[Translation]:
-        """Translate ``sentences`` (each already a single sentence) with ``DecodeOptions``
+        """Translate ``sentences`` (each already a single sentence) into ``target_lang`` (for a
+        multilingual model: one of ``vocabulary.target_languages``) with ``DecodeOptions``
         fields as keyword options; those not given come from the bundle's recommended
         ``decoding``, then ``DecodeOptions``' defaults. Raises ``SourceTooLong`` for a
         sentence over the model's positions rather than cutting it."""
@@ -386,7 +394,7 @@ class Engine:
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         decode_options = self.options(**options)
-        sources = [self.tokenize(s) for s in sentences]
+        sources = [self.tokenize(s, target_lang) for s in sentences]
         for index, ids in enumerate(sources):
             if len(ids) > self.max_source_tokens:
                 raise SourceTooLong(
@@ -700,7 +708,7 @@ class DecodeBatch:
                 Hypothesis(
                     text=self.engine.detokenize(ids),
                     token_ids=ids,
-                    tokens=[self.engine.tokenizer.id_to_piece(t) for t in ids],
+                    tokens=[self.engine.vocabulary.piece(t) for t in ids],
                     score=_finite_or_minus_inf(score),
                     log_prob=_finite_or_minus_inf(log_prob),
                     length=length,

@@ -62,13 +62,15 @@ def load_engines(settings: Settings, factory: EngineFactory) -> dict[Pair, Engin
     engines: dict[Pair, Engine] = {}
     for directory in directories:
         engine = factory(directory, settings)
-        pair = (engine.bundle.source_lang.lower(), engine.bundle.target_lang.lower())
-        if pair in engines:
-            other = engines[pair].bundle.dir
-            raise RuntimeError(f"{directory} and {other} both serve {pair_label(pair)}")
-        engines[pair] = engine
-        device = getattr(engine, "device", settings.device)
-        log.info("loaded %s from %s on %s", pair_label(pair), directory, device)
+        # A multilingual bundle serves a pair per target language, from one set of sessions.
+        for source, target in engine.bundle.pairs:
+            pair = (source.lower(), target.lower())
+            if pair in engines:
+                other = engines[pair].bundle.dir
+                raise RuntimeError(f"{directory} and {other} both serve {pair_label(pair)}")
+            engines[pair] = engine
+            device = getattr(engine, "device", settings.device)
+            log.info("loaded %s from %s on %s", pair_label(pair), directory, device)
     return engines
 
 
@@ -88,7 +90,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         scheduler.start()
         state.scheduler = scheduler
         for pair, engine in state.engines.items():
-            sources = [engine.tokenize(WARMUP_SENTENCE)]
+            sources = [engine.tokenize(WARMUP_SENTENCE, pair[1])]
             await scheduler.translate(pair_label(pair), sources, DecodeOptions(max_length=16))
     except Exception as exc:
         log.exception("loading the models failed")

@@ -124,3 +124,85 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
 
     out = tmp_path_factory.mktemp("models") / "en-de"
     return export_bundle(tiny_checkpoint, out, int8=True)
+
+
+# =============================================================================================
+# importers: a tiny MarianMT model built with transformers, as Opus-MT publishes them
+# (used by tests/test_importers.py)
+# =============================================================================================
+
+MARIAN_LANGUAGES = (">>deu<<", ">>ltz<<")  # a multilingual model's target-language tokens
+
+
+@pytest.fixture(scope="session")
+def marian_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A MarianMTModel (swish, a non-zero logits bias, two target-language tokens) trained
+    on the overfit fixture until it translates it, saved with its tokenizer files."""
+    import json
+
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    out = tmp_path_factory.mktemp("marian")
+    pairs = [line.split("\t") for line in OVERFIT_TSV.read_text(encoding="utf-8").splitlines()]
+    for side, column in (("source", 0), ("target", 1)):
+        text = out / f"{side}.txt"
+        text.write_text("\n".join(pair[column] for pair in pairs) + "\n", encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(text), model_prefix=str(out / side), vocab_size=200, model_type="unigram",
+            character_coverage=1.0, unk_id=0, eos_id=1, bos_id=-1, pad_id=-1,
+            minloglevel=2)
+        (out / f"{side}.model").rename(out / f"{side}.spm")
+    # Marian's joint vocabulary: </s>, <unk>, the language tokens, both models' pieces, <pad>.
+    pieces = ["</s>", "<unk>", *MARIAN_LANGUAGES]
+    for side in ("source", "target"):
+        model = spm.SentencePieceProcessor(model_file=str(out / f"{side}.spm"))
+        for i in range(model.get_piece_size()):
+            if model.id_to_piece(i) not in pieces and not model.is_control(i):
+                pieces.append(model.id_to_piece(i))
+    pieces.append("<pad>")
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de"}), encoding="utf-8")
+    tokenizer = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"),
+                                str(out / "vocab.json"), source_lang="en", target_lang="de")
+    size, pad = len(pieces), len(pieces) - 1
+    config = MarianConfig(
+        vocab_size=size, decoder_vocab_size=size, d_model=64, encoder_layers=2,
+        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, activation_function="swish",
+        pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+        max_position_embeddings=128, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0)
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 0.5)
+        model.model.shared.weight[pad].zero_()
+    sources = [f"{MARIAN_LANGUAGES[0]} {src}" for src, _ in pairs]
+    batch = tokenizer(sources, text_target=[tgt for _, tgt in pairs], padding=True,
+                      return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    # Opus-MT's pad row is zero (its decoder starts from a zero embedding, as Marian's and
+    # CTranslate2's do): keep it so although the tied output projection trains the matrix.
+    model.model.shared.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([pad]),
+                                                                         0.0))
+    model.train()
+    for _ in range(300):
+        loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    return out / "model"
+
+
+# =============================================================================================
+# end of the importers block
+# =============================================================================================

@@ -37,8 +37,9 @@ def test_scores_overall_and_by_source(tiny_bundle: Path, tmp_path: Path) -> None
 
 def test_cli_passes_the_decoding_options(tiny_bundle: Path, tmp_path: Path, capsys) -> None:
     engine = Engine(tiny_bundle, threads=1)
-    pairs = sorted(read_tsv(FIXTURE), key=lambda p: -len(engine.tokenizer.encode(p[1])))[:6]
-    assert len(engine.tokenizer.encode(pairs[0][1])) > 10  # else the cap below proves nothing
+    encode = engine.vocabulary.source.encode
+    pairs = sorted(read_tsv(FIXTURE), key=lambda p: -len(encode(p[1])))[:6]
+    assert len(encode(pairs[0][1])) > 10  # else the cap below proves nothing
     test = tmp_path / "test.tsv"
     test.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     hyp = tmp_path / "hyp.txt"
@@ -48,4 +49,4 @@ def test_cli_passes_the_decoding_options(tiny_bundle: Path, tmp_path: Path, caps
     assert (result["beam_size"], result["length_penalty"], result["max_length_ratio"]) == (
         2, 0.5, 0.01)
     # A ratio of 0.01 leaves the absolute allowance: at most 10 target tokens per sentence.
-    assert all(len(engine.tokenizer.encode(h)) <= 10 for h in hyp.read_text().splitlines())
+    assert all(len(encode(h)) <= 10 for h in hyp.read_text().splitlines())

@@ -11,13 +11,14 @@ import torch
 
 from service.bundle import BundleError, load_bundle
 from training import export
+from training.config import ModelConfig
 from training.export import load_checkpoint, verify_parity
 
 
 def test_bundle_has_contract_files_and_checksums(tiny_bundle: Path) -> None:
     bundle = load_bundle(tiny_bundle)
     manifest = bundle.manifest
-    assert manifest["contract_version"] == 4
+    assert manifest["contract_version"] == 5
     assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "de")
     assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     assert set(manifest["variants"]) == {"fp32", "int8"}
@@ -52,7 +53,10 @@ def test_export_refuses_a_bundle_that_fails_parity(tiny_checkpoint: Path, tmp_pa
 
 def test_batch_invariance_check_catches_per_tensor_quantisation(tiny_bundle: Path,
                                                                  tmp_path: Path) -> None:
-    export.verify_batch_invariance(tiny_bundle, "encoder.int8.onnx", "decoder.int8.onnx")
+    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
+    config = ModelConfig(**{k: v for k, v in manifest["model"].items() if k != "head_dim"})
+    export.verify_batch_invariance(tiny_bundle, "encoder.int8.onnx", "decoder.int8.onnx",
+                                   config)
     # Dynamic quantisation scales activations per batch: the check must refuse it.
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -61,7 +65,8 @@ def test_batch_invariance_check_catches_per_tensor_quantisation(tiny_bundle: Pat
                      weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
                      extra_options={"DefaultTensorType": 1})  # FLOAT for com.microsoft outputs
     with pytest.raises(RuntimeError, match=r"batch invariance: decoder\.dynamic\.onnx row"):
-        export.verify_batch_invariance(tmp_path, "encoder.onnx", "decoder.dynamic.onnx")
+        export.verify_batch_invariance(tmp_path, "encoder.onnx", "decoder.dynamic.onnx",
+                                       config)
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ class FakeBundle:
         self.source_lang = source_lang
         self.target_lang = target_lang
         self.manifest = {"source_lang": source_lang, "target_lang": target_lang}
+        self.pairs = [(source_lang, target_lang)]
 
 
 class FakeEngine:
@@ -60,7 +61,7 @@ class FakeEngine:
         self.removed: list[Hashable] = []
         self.steps = 0
 
-    def tokenize(self, sentence: str) -> list[int]:
+    def tokenize(self, sentence: str, target_lang: str | None = None) -> list[int]:
         ids = []
         for word in sentence.split():
             if word not in self.vocab:

@@ -67,13 +67,28 @@ def _average(args: argparse.Namespace, config: Config) -> None:
 def _export(args: argparse.Namespace, config: Config) -> None:
     from training.export import export_bundle
 
-    decoding = {}
-    for item in args.decoding:
-        key, _, value = item.partition("=")
-        decoding[key] = json.loads(value)
     print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8, calibration=args.calibration,
                         check_parity=not args.no_parity, default_variant=args.default_variant,
-                        decoding=decoding))
+                        decoding=_decoding(args.decoding)))
+
+
+def _decoding(items: list[str]) -> dict:
+    decoding = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        decoding[key] = json.loads(value)
+    return decoding
+
+
+def _import(args: argparse.Namespace, config: Config) -> None:
+    from training.importers import UnsupportedModel, import_model
+
+    try:
+        print(import_model(args.source, args.out_dir, int8=args.int8,
+                           calibration=args.calibration, source_lang=args.source_lang,
+                           target_lang=args.target_lang, decoding=_decoding(args.decoding)))
+    except UnsupportedModel as exc:
+        raise SystemExit(f"import: {exc}") from exc
 
 
 def _evaluate(args: argparse.Namespace, config: Config) -> None:
@@ -85,7 +100,8 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
                              no_repeat_ngram_size=args.no_repeat_ngram_size, limit=args.limit,
                              variant=args.variant, threads=args.threads,
                              hypotheses_out=args.hypotheses,
-                             by_source=config.data if args.by_source else None)
+                             by_source=config.data if args.by_source else None,
+                             target_lang=args.target_lang)
     print(json.dumps(result, indent=2, default=str))
 
 
@@ -138,6 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model's recommended decoding, e.g. no_repeat_ngram_size=3 "
                    "(length_penalty, max_length_ratio, no_repeat_ngram_size; repeatable)")
     p.set_defaults(run=_export)
+    p = commands.add_parser(
+        "import", parents=[common],
+        help="turn an existing model (Hugging Face MarianMT / Opus-MT) into a bundle")
+    p.add_argument("source", help="the model's directory")
+    p.add_argument("out_dir")
+    p.add_argument("--int8", action="store_true",
+                   help="also write static int8 graphs and serve them by default")
+    p.add_argument("--calibration", type=Path, default=None,
+                   help="source sentences to calibrate the int8 graphs on (one a line, or TSV "
+                   "source first; default: sequences drawn from the model's vocabulary)")
+    p.add_argument("--source-lang", default=None,
+                   help="source language code, where the model's metadata names none")
+    p.add_argument("--target-lang", default=None,
+                   help="target language code, where the model's metadata names none")
+    p.add_argument("--decoding", action="append", default=[], metavar="KEY=VALUE",
+                   help="the model's recommended decoding (as for export)")
+    p.set_defaults(run=_import)
     p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")
     p.add_argument("bundle")
     p.add_argument("test_tsv")
@@ -154,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--hypotheses", default=None, help="write the translations to this file")
+    p.add_argument("--target-lang", default=None,
+                   help="the target language, for a multilingual bundle")
     p.add_argument("--by-source", action="store_true",
                    help="also score each corpus file's share (the --config's data.sources)")
     p.set_defaults(run=_evaluate)

@@ -18,6 +18,9 @@ UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
 
+ACTIVATIONS = ("relu", "gelu", "swish")
+POSITION_LAYOUTS = ("interleaved", "halves", "tensor2tensor")
+
 
 @dataclass
 class SourceFile:
@@ -85,10 +88,45 @@ class ModelConfig:
     max_positions: int = 256
     pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Sublayer(x))
     layer_norm_eps: float = 1e-6
+    # Variations of the paper's model that imported checkpoints use (``training/importers``);
+    # the defaults are the paper's, and what ``translate-train train`` builds.
+    activation: str = "relu"  # of the feed-forward layer: relu (§3.3) | gelu | swish
+    # The sinusoids' layout: "interleaved" (§3.5: sin at even, cos at odd dimensions),
+    # "halves" ([sin | cos], as Marian and fairseq lay them out) or "tensor2tensor" ([sin |
+    # cos] with wavelengths 10000^(i / (d/2 - 1)), CTranslate2's built-in table, with offset
+    # 1); position p reads row p + position_offset of the table.
+    position_layout: str = "interleaved"
+    position_offset: int = 0
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
+    # One embedding table for source and target (§3.4, a joint vocabulary); false gives the
+    # source its own table of ``source_vocab_size`` rows (``vocab_size`` is the target's).
+    shared_embeddings: bool = True
+    source_vocab_size: int = 0  # 0: vocab_size
+    tie_output: bool = True  # the pre-softmax projection is the target embedding matrix
+    output_bias: bool = False  # a bias on the logits (Marian's final_logits_bias)
+    # Special ids. ``bos_id`` is the decoder's start token (Marian starts from its pad id).
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation {self.activation!r} is not one of {ACTIVATIONS}")
+        if self.position_layout not in POSITION_LAYOUTS:
+            raise ValueError(f"model.position_layout {self.position_layout!r} is not one of "
+                             f"{POSITION_LAYOUTS}")
+        if self.shared_embeddings and self.source_vocab_size not in (0, self.vocab_size):
+            raise ValueError("model.source_vocab_size differs from vocab_size, so the source "
+                             "and target cannot share embeddings (set shared_embeddings=false)")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.source_vocab_size or self.vocab_size
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:

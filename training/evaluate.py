@@ -30,12 +30,14 @@ def evaluate_bundle(
     max_batch_rows: int = 64,
     hypotheses_out: str | Path | None = None,
     by_source: DataConfig | None = None,
+    target_lang: str | None = None,
 ) -> dict[str, Any]:
     """Translate the source side of ``test_tsv`` and score it against the target side.
     Sentences longer than the model's positions are skipped and counted, not cut. With
     ``by_source`` (the data config that prepared the file) it also scores each source file's
     share of the pairs, to see which domains the model handles. Decoding options left None
-    are the bundle's recommendation, as in the service."""
+    are the bundle's recommendation, as in the service. ``target_lang`` picks the target
+    language of a multilingual bundle."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
     engine = Engine(
         bundle,
@@ -44,7 +46,8 @@ def evaluate_bundle(
         variant=variant,
         workers=workers,  # 0: the service's default, so evaluation runs as fast as serving
     )
-    usable = [(s, t) for s, t in pairs if len(engine.tokenize(s)) <= engine.max_source_tokens]
+    usable = [(s, t) for s, t in pairs
+              if len(engine.tokenize(s, target_lang)) <= engine.max_source_tokens]
     sources = [s for s, _ in usable]
     references = [t for _, t in usable]
     start = time.perf_counter()
@@ -52,7 +55,8 @@ def evaluate_bundle(
                  no_repeat_ngram_size=no_repeat_ngram_size)
     options = engine.options(beam_size=beam_size,
                              **{key: value for key, value in given.items() if value is not None})
-    translations = engine.translate(sources, max_batch_rows=max_batch_rows, **vars(options))
+    translations = engine.translate(sources, max_batch_rows=max_batch_rows,
+                                    target_lang=target_lang, **vars(options))
     seconds = time.perf_counter() - start
     hypotheses = [t.text for t in translations]
     if hypotheses_out:

@@ -32,9 +32,11 @@ from service.bundle import (
     sha256_file,
 )
 from service.decoding import DISABLED_OPTIMIZERS, DecodeOptions
-from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from service.normalize import clean_text
+from service.vocabulary import Vocabulary
+from training.config import ModelConfig
 from training.model import Transformer
-from training.quantize import calibration_sources, quantize_int8
+from training.quantize import calibration_sources, quantize_int8, vocabulary_sources
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +106,17 @@ class _GraphBuilder:
         )
         return outputs[0]
 
-    def embedding_tables(self, model: Transformer):
-        """``embed_table`` (the scaled embeddings, §3.4) and ``position_table`` (§3.5), which
-        both graphs gather from; returns the unscaled embedding matrix (the tied output
-        projection's)."""
-        lut = model.embeddings.lut.weight.detach().float()
-        self.const("embed_table", (lut * model.embeddings.scale).numpy())
+    def embedding_tables(self, model: Transformer, source: bool = False) -> str:
+        """The scaled embeddings a graph gathers from (§3.4) and ``position_table`` (§3.5);
+        returns the table's name: ``embed_table`` (the target's, and the source's when
+        shared) or, for the encoder of a model with separate vocabularies,
+        ``source_embed_table``."""
+        separate = source and not self.config.shared_embeddings
+        embeddings = model.source_lut if source else model.embeddings
+        name = "source_embed_table" if separate else "embed_table"
+        self.const(name, (embeddings.lut.weight.detach().float() * embeddings.scale).numpy())
         self.const("position_table", model.positional.table.float().numpy())
-        return lut
+        return name
 
     def weight(self, prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
         return self.const(prefix + "weight", self.state[prefix + "weight"].T)
@@ -162,9 +167,19 @@ class _GraphBuilder:
     def feed_forward(self, f: str, y: str, i: int) -> tuple[str, str]:
         hidden = self.node("MatMul", [y, self.weight(f + "w_1.")], [f"ffn_hidden_nobias_{i}"])
         hidden = self.node("Add", [hidden, self.bias(f + "w_1.bias")], [f"ffn_pre_{i}"])
-        hidden = self.node("Relu", [hidden], [f"ffn_hidden_{i}"])
+        hidden = self.activation(hidden, f"ffn_hidden_{i}")
         out = self.node("MatMul", [hidden, self.weight(f + "w_2.")], [f"ffn_out_{i}"])
         return out, f + "w_2.bias"
+
+    def activation(self, x: str, out: str) -> str:
+        """The feed-forward activation: ReLU (§3.3), GELU (erf, onnxruntime's fused kernel)
+        or swish, x * sigmoid(x)."""
+        kind = self.config.activation
+        if kind == "relu":
+            return self.node("Relu", [x], [out])
+        if kind == "gelu":
+            return self.node("Gelu", [x], [out], domain="com.microsoft")
+        return self.node("Mul", [x, self.node("Sigmoid", [x], [f"{out}_gate"])], [out])
 
     def model(self, name: str, inputs: list, outputs: list):
         from onnx import helper
@@ -196,17 +211,17 @@ def _fused_encoder_graph(model: Transformer):
     config, state = g.config, g.state
     heads, d_model, head_dim = config.heads, config.d_model, config.head_dim
     layers = config.decoder_layers
-    g.embedding_tables(model)
+    table = g.embedding_tables(model, source=True)
     g.const("axis1", np.array([1], np.int64))
     g.const("zero", np.array([0], np.int64))
     g.const("one", np.array(1, np.int64))
     src_mask = g.node("Not", [g.node("Equal", ["src_tokens", g.const(
-        "pad_id", np.array(PAD_ID, np.int64))], ["is_pad"])], ["src_mask"])
+        "pad_id", np.array(config.pad_id, np.int64))], ["is_pad"])], ["src_mask"])
     key_padding = g.node("Cast", [src_mask], ["key_padding_mask"], to=TensorProto.INT32)
     src_len = g.node("Shape", ["src_tokens"], ["src_len"], start=1, end=2)
     positions = g.node("Slice", ["position_table", "zero", src_len, "zero"],
                        ["position_encoded"])
-    x = g.node("Add", [g.node("Gather", ["embed_table", "src_tokens"], ["embedded"]),
+    x = g.node("Add", [g.node("Gather", [table, "src_tokens"], ["embedded"]),
                        positions], ["x_0"])
 
     for i in range(config.encoder_layers):
@@ -293,7 +308,7 @@ def _fused_decoder_graph(model: Transformer):
     config = g.config
     heads, d_model = config.heads, config.d_model
     node = g.node
-    lut = g.embedding_tables(model)
+    g.embedding_tables(model)
     g.const("axis1", np.array([1], np.int64))
     g.const("one", np.array(1, np.int64))
     tokens = node("Unsqueeze", ["tokens", "axis1"], ["tokens_2d"])
@@ -363,8 +378,12 @@ def _fused_decoder_graph(model: Transformer):
     if config.pre_norm:  # the pre-norm stack's final LayerNorm
         x = g.layer_norm("decoder_norm.", x, "decoder_out")
     never = model.never_generate.numpy()
-    logits = node("MatMul", [x, g.const("generator.weight", lut.numpy().T)], ["logits_3d"])
+    output = model.output_matrix().detach().float().numpy()
+    logits = node("MatMul", [x, g.const("generator.weight", output.T)], ["logits_3d"])
+    # The logits bias, if any, rides on the mask's Add (the mask's -3.4e38 absorbs it).
     penalty = np.where(never, np.finfo(np.float32).min, 0).astype(np.float32)
+    if config.output_bias:
+        penalty = penalty + model.output_bias.detach().float().numpy()
     logits = node("Add", [logits, g.const("never_generate", penalty)], ["logits_masked"])
     node("Squeeze", [logits, "axis1"], ["logits"])
     node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)
@@ -387,7 +406,26 @@ def _fused_decoder_graph(model: Transformer):
     return g.model("decoder_step", list(inputs.values()), list(outputs.values()))
 
 
-def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int = 0) -> None:
+def ordinary_ids(config: ModelConfig, vocab_size: int) -> np.ndarray:
+    """The ids below ``vocab_size`` that are no special token: what random test sentences
+    are drawn from."""
+    special = [config.pad_id, config.unk_id, config.bos_id, config.eos_id]
+    return np.setdiff1d(np.arange(vocab_size), special)
+
+
+def random_sources(config: ModelConfig, lengths: list[int], rng: np.random.Generator,
+                   ) -> np.ndarray:
+    """A padded batch of random source sentences of ``lengths`` tokens, each ending in EOS."""
+    ids = ordinary_ids(config, config.src_vocab_size)
+    src = np.full((len(lengths), max(lengths)), config.pad_id, dtype=np.int64)
+    for row, length in enumerate(lengths):
+        src[row, :length] = rng.choice(ids, length)
+        src[row, length - 1] = config.eos_id
+    return src
+
+
+def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, config: ModelConfig,
+                            seed: int = 0) -> None:
     """Raise unless every row's encoder outputs and decoder log-probs are bit-identical whether
     computed alone or inside a batch (a quantisation scheme or kernel can break this). Rows
     alone run on one thread, batches on all: the engine decodes a lone row that way."""
@@ -395,12 +433,7 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
     encoder_session, decoder_session = _session(out_dir / encoder), _session(out_dir / decoder)
     encoder_alone = _session(out_dir / encoder, threads=1)
     decoder_alone = _session(out_dir / decoder, threads=1)
-    lengths = [7, 3, 11, 1, 5, 9]
-    vocab_size = decoder_session.get_outputs()[0].shape[-1]
-    src = np.full((len(lengths), max(lengths)), PAD_ID, dtype=np.int64)
-    for row, length in enumerate(lengths):
-        src[row, :length] = rng.integers(4, vocab_size, length)
-        src[row, length - 1] = EOS_ID
+    src = random_sources(config, [7, 3, 11, 1, 5, 9], rng)
     cross_keys, cross_values, src_mask, last = encoder_session.run(None, {"src_tokens": src})
     layers, batch, heads, _, head_dim = cross_keys.shape
     # Rows at different positions, as in a running batch that sentences joined at different
@@ -408,7 +441,7 @@ def verify_batch_invariance(out_dir: Path, encoder: str, decoder: str, seed: int
     positions = np.array([4, 0, 2, 4, 1, 3], dtype=np.int64)[:batch]
     past = int(positions.max()) + 2  # wider than any row's history: junk columns never count
     stacked = {
-        "tokens": rng.integers(4, vocab_size, batch).astype(np.int64),
+        "tokens": rng.choice(ordinary_ids(config, config.vocab_size), batch).astype(np.int64),
         "positions": positions,
         "self_keys": rng.standard_normal((layers, batch, heads, past, head_dim), np.float32),
         "self_values": rng.standard_normal((layers, batch, heads, past, head_dim), np.float32),
@@ -444,14 +477,8 @@ def _session(path: Path, threads: int = 0) -> ort.InferenceSession:
 def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int = 0) -> float:
     """Largest |ONNX - PyTorch| over encoder outputs and ``steps`` decoder steps of a padded,
     mixed-length batch, feeding each side its own cache. Raises if above ``PARITY_ATOL``."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = [9, 4, 1, 7]
-    src = torch.full((len(lengths), max(lengths)), PAD_ID, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        src[row, :length] = torch.randint(
-            4, model.config.vocab_size, (length,), generator=generator
-        )
-        src[row, length - 1] = EOS_ID
+    src = torch.from_numpy(random_sources(model.config, [9, 4, 1, 7],
+                                          np.random.default_rng(seed)))
     encoder, decoder = _session(out_dir / "encoder.onnx"), _session(out_dir / "decoder.onnx")
     worst = 0.0
     with torch.no_grad():
@@ -468,7 +495,7 @@ def verify_parity(model: Transformer, out_dir: Path, steps: int = 6, seed: int =
         layers, batch, heads, _, head_dim = ck.shape
         keys = values = torch.zeros(layers, batch, heads, 0, head_dim)
         onnx_keys = onnx_values = keys.numpy()
-        tokens = torch.full((batch,), BOS_ID, dtype=torch.long)
+        tokens = torch.full((batch,), model.config.bos_id, dtype=torch.long)
         for step in range(steps):
             positions = torch.full((batch,), step, dtype=torch.long)
             self_mask = torch.ones(batch, step + 1, dtype=torch.bool)
@@ -524,6 +551,29 @@ def _training_summary(checkpoint: dict[str, Any]) -> dict[str, Any]:
 MODEL_CARD = "MODEL_CARD.md"
 
 
+def _write_tokenizers(staging: Path, source_model: Path, imported: dict[str, Any],
+                      ) -> dict[str, Any]:
+    """Copy the SentencePiece model(s) and, for an imported model, its vocabularies into the
+    bundle; returns the manifest's entries for them (``service/vocabulary.py``)."""
+    shutil.copyfile(source_model, staging / "sentencepiece.model")
+    entries: dict[str, Any] = {"tokenizer": "sentencepiece.model"}
+    if imported.get("target_tokenizer"):
+        shutil.copyfile(imported["target_tokenizer"], staging / "target.sentencepiece.model")
+        entries["target_tokenizer"] = "target.sentencepiece.model"
+    pieces = imported.get("vocabulary")
+    if pieces:
+        shared = pieces["source"] == pieces["target"]
+        names = ({"source": "vocabulary.json", "target": "vocabulary.json"} if shared else
+                 {"source": "source_vocabulary.json", "target": "target_vocabulary.json"})
+        for side, name in names.items():
+            (staging / name).write_text(json.dumps(pieces[side], ensure_ascii=False),
+                                        encoding="utf-8")
+        entries["vocabulary"] = names
+    if imported.get("target_languages"):
+        entries["target_languages"] = dict(imported["target_languages"])
+    return entries
+
+
 def export_bundle(
     checkpoint: str | Path,
     out_dir: str | Path,
@@ -538,7 +588,8 @@ def export_bundle(
     """Export ``checkpoint`` to a bundle in ``out_dir`` (replaced atomically when it passes).
     ``decoding`` is the model's recommended decoding (``service.bundle.DECODING_KEYS``).
     ``int8`` adds static int8 graphs (``training.quantize``), calibrated on the first
-    sentences of ``calibration`` (default: the checkpoint's training data, train.tsv)."""
+    sentences of ``calibration`` (default: the checkpoint's training data, train.tsv; for an
+    imported model without one, sequences drawn from its own vocabulary)."""
     decoding = dict(decoding or {})
     unknown = set(decoding) - set(DECODING_KEYS)
     if unknown:
@@ -550,7 +601,8 @@ def export_bundle(
     if not vocab.is_file():
         raise FileNotFoundError(f"the checkpoint's SentencePiece model {vocab} does not exist")
     data_config = ckpt.get("config", {}).get("data", {})
-    if int8:  # checked before any work: the int8 graphs need sample sentences
+    imported = ckpt.get("import", {})
+    if int8 and not (imported and calibration is None):  # checked before any work
         calibration = Path(calibration or Path(data_config.get("out_dir", ".")) / "train.tsv")
         if not calibration.is_file():
             raise FileNotFoundError(
@@ -568,34 +620,49 @@ def export_bundle(
         if worst is not None:
             log.info("parity: max |ONNX - PyTorch| = %.2e", worst)
         variants = {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}}
+        special_ids = {"pad": config.pad_id, "unk": config.unk_id, "bos": config.bos_id,
+                       "eos": config.eos_id}
+        tokenizers = _write_tokenizers(staging, vocab, imported)
         if int8:
-            sources = calibration_sources(calibration, vocab, config.max_positions)
-            quantize_int8(staging, sources, config.max_positions)
+            vocabulary = Vocabulary.from_manifest(
+                staging, {**tokenizers, "special_ids": special_ids})
+            target = next(iter(vocabulary.target_languages), None)
+            max_tokens = config.max_positions
+            if calibration is None:
+                sources = vocabulary_sources(ordinary_ids(config, config.src_vocab_size),
+                                             config.eos_id)
+                origin = "random sequences of the model's own vocabulary"
+            else:
+                sources = calibration_sources(
+                    calibration, lambda text: vocabulary.encode(clean_text(text), target),
+                    max_tokens)
+                origin = f"sentences of {calibration.name}"
+            quantize_int8(staging, sources, config.max_positions, config.bos_id, config.eos_id)
             variants["int8"] = {
                 "encoder": "encoder.int8.onnx",
                 "decoder": "decoder.int8.onnx",
                 "quantization": f"static: uint8 activations calibrated on {len(sources)} "
-                f"sentences of {calibration.name}, 7-bit weights per column",
+                f"{origin}, 7-bit weights per column",
             }
         for graphs in variants.values():
-            verify_batch_invariance(staging, graphs["encoder"], graphs["decoder"])
+            verify_batch_invariance(staging, graphs["encoder"], graphs["decoder"], config)
         if default_variant not in variants:
             raise ValueError(f"default variant {default_variant!r} was not exported")
-        shutil.copyfile(vocab, staging / "sentencepiece.model")
         files = sorted(p.name for p in staging.iterdir() if p.is_file())
         manifest = {
             "contract_version": CONTRACT_VERSION,
-            "source_lang": data_config.get("source_lang", "en"),
-            "target_lang": data_config.get("target_lang", "de"),
-            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+            "source_lang": imported.get("source_lang") or data_config.get("source_lang", "en"),
+            "target_lang": imported.get("target_lang") or data_config.get("target_lang", "de"),
+            "special_ids": special_ids,
             "model": {**dataclasses.asdict(config), "head_dim": config.head_dim},
             "max_positions": config.max_positions,
-            "tokenizer": "sentencepiece.model",
+            **tokenizers,
             "variants": variants,
             "default_variant": default_variant,
             "files": {name: sha256_file(staging / name) for name in files},
             "parity_max_abs_diff": worst,
-            "training": _training_summary(ckpt),
+            **({"imported_from": imported["origin"]} if imported else
+               {"training": _training_summary(ckpt)}),
             "scores": scores or {},
             "decoding": decoding,
         }

@@ -15,14 +15,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.config import BOS_ID, PAD_ID, ModelConfig
+from training.config import PAD_ID, ModelConfig
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same)."""
-    position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved",
+                     offset: int = 0) -> Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same).
+    ``layout="halves"`` puts every sine first and every cosine after ([sin | cos]), as
+    Marian does; "tensor2tensor" also spaces the wavelengths as tensor2tensor (and
+    CTranslate2's built-in table) do; row p holds position p + ``offset``."""
+    position = torch.arange(offset, offset + max_positions, dtype=torch.float64).unsqueeze(1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     angle = position / torch.pow(10000.0, two_i / d_model)
+    if layout == "tensor2tensor":  # tensor2tensor's timing signal: i / (d/2 - 1), not 2i / d
+        angle = position / torch.pow(10000.0, two_i / 2 / (d_model // 2 - 1))
+    if layout in ("halves", "tensor2tensor"):
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).float()
     table = torch.zeros(max_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)
@@ -32,10 +40,12 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 class PositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal encoding of each token's position (§3.5), then dropout."""
 
-    def __init__(self, d_model: int, max_positions: int, dropout: float):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        table = sinusoidal_table(config.max_positions, config.d_model, config.position_layout,
+                                 config.position_offset)
+        self.register_buffer("table", table, persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         if positions is None:
@@ -45,15 +55,17 @@ class PositionalEncoding(nn.Module):
 
 class Embeddings(nn.Module):
     """Learned token embeddings multiplied by sqrt(d_model) (§3.4). One table is shared by
-    source, target and the pre-softmax projection (the joint vocabulary makes this possible)."""
+    source, target and the pre-softmax projection (the joint vocabulary makes this possible).
+    Imported models may leave out the scale (``scale=False``)."""
 
-    def __init__(self, vocab_size: int, d_model: int):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int = PAD_ID,
+                 scale: bool = True):
         super().__init__()
-        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
-        self.scale = math.sqrt(d_model)
+        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         nn.init.normal_(self.lut.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
-            self.lut.weight[PAD_ID].zero_()
+            self.lut.weight[pad_id].zero_()
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lut(tokens) * self.scale
@@ -113,20 +125,25 @@ class MultiHeadAttention(nn.Module):
         return self.attend(x, key, value, mask)
 
 
-class PositionwiseFeedForward(nn.Module):
-    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu, "swish": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+
+class PositionwiseFeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2 (imported models may use GELU or swish
+    in place of max(0, .))."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
         for linear in (self.w_1, self.w_2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
 class AddNorm(nn.Module):
@@ -152,7 +169,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
         self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
-        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout)
+        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout,
+                                                    config.activation)
         self.sublayer = nn.ModuleList([AddNorm(d, config.dropout, p, eps) for _ in range(2)])
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -168,7 +186,8 @@ class DecoderLayer(nn.Module):
         d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
         self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
         self.cross_attn = MultiHeadAttention(d, config.heads, config.dropout)
-        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout)
+        self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout,
+                                                    config.activation)
         self.sublayer = nn.ModuleList([AddNorm(d, config.dropout, p, eps) for _ in range(3)])
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
@@ -201,13 +220,24 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder with tied embeddings and a linear + softmax generator (§3, §3.4)."""
+    """Encoder-decoder with tied embeddings and a linear + softmax generator (§3, §3.4).
+
+    ``embeddings`` is the target's table (and the source's when shared); an imported model
+    with separate vocabularies has ``source_embeddings`` too, and one with an untied output
+    its own ``output_projection``."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        self.embeddings = Embeddings(config.vocab_size, config.d_model)
-        self.positional = PositionalEncoding(config.d_model, config.max_positions, config.dropout)
+        d, pad, scale = config.d_model, config.pad_id, config.scale_embeddings
+        self.embeddings = Embeddings(config.vocab_size, d, pad, scale)
+        if not config.shared_embeddings:
+            self.source_embeddings = Embeddings(config.src_vocab_size, d, pad, scale)
+        if not config.tie_output:
+            self.output_projection = nn.Linear(d, config.vocab_size, bias=False)
+        if config.output_bias:
+            self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.positional = PositionalEncoding(config)
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(config) for _ in range(config.encoder_layers)
         )
@@ -228,14 +258,23 @@ class Transformer(nn.Module):
         # Decoding must never emit padding or the start symbol; masking them in the step
         # (and so in the exported graph) keeps every search strategy from having to.
         never = torch.zeros(config.vocab_size, dtype=torch.bool)
-        never[[PAD_ID, BOS_ID]] = True
+        never[[config.pad_id, config.bos_id]] = True
         self.register_buffer("never_generate", never, persistent=False)
 
     # -- masks ------------------------------------------------------------------------------
-    @staticmethod
-    def padding_mask(tokens: Tensor) -> Tensor:
+    def padding_mask(self, tokens: Tensor) -> Tensor:
         """[batch, len] -> [batch, 1, 1, len]: True where a real token may be attended to."""
-        return (tokens != PAD_ID)[:, None, None, :]
+        return (tokens != self.config.pad_id)[:, None, None, :]
+
+    @property
+    def source_lut(self) -> Embeddings:
+        return self.embeddings if self.config.shared_embeddings else self.source_embeddings
+
+    def output_matrix(self) -> Tensor:
+        """The pre-softmax projection [vocab, d_model]: the target embeddings when tied."""
+        if self.config.tie_output:
+            return self.embeddings.lut.weight
+        return self.output_projection.weight
 
     @staticmethod
     def causal_mask(length: int, device: torch.device) -> Tensor:
@@ -245,7 +284,7 @@ class Transformer(nn.Module):
     # -- training-time forward ---------------------------------------------------------------
     def encode(self, src_tokens: Tensor) -> tuple[Tensor, Tensor]:
         src_mask = self.padding_mask(src_tokens)
-        x = self.positional(self.embeddings(src_tokens))
+        x = self.positional(self.source_lut(src_tokens))
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
         return self.encoder_norm(x), src_mask
@@ -262,7 +301,8 @@ class Transformer(nn.Module):
     def generator(self, x: Tensor) -> Tensor:
         """Pre-softmax linear transformation sharing the embedding matrix (§3.4); returns
         logits. The sqrt(d_model) scale belongs to the embedding lookup only."""
-        return F.linear(x, self.embeddings.lut.weight)
+        bias = self.output_bias if self.config.output_bias else None
+        return F.linear(x, self.output_matrix(), bias)
 
     def forward(self, src_tokens: Tensor, tgt_input: Tensor) -> Tensor:
         """Teacher forcing: logits [batch, tgt_len, vocab] for the next token at each position."""

@@ -22,14 +22,13 @@ A prototype with 8-bit weights scored the same dev BLEU as one with 7 (9.58).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from service.bundle import decoder_feeds
-from training.config import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +36,33 @@ WEIGHT_MAX = 63  # 7-bit weights; see the module docstring
 CALIBRATION_SENTENCES = 256
 
 
-def calibration_sources(path: str | Path, tokenizer_path: str | Path, max_tokens: int,
+def calibration_sources(path: str | Path, encode: Callable[[str], list[int]], max_tokens: int,
                         count: int = CALIBRATION_SENTENCES) -> list[list[int]]:
-    """Token ids (ending in EOS) of the first ``count`` sources of ``path``: a TSV whose first
-    column is the source (train.tsv, shuffled by ``prepare``) or one sentence per line."""
-    import sentencepiece as spm
-
-    tokenizer = spm.SentencePieceProcessor(model_file=str(tokenizer_path))
+    """Token ids (``encode``'s, ending in EOS, at most ``max_tokens``) of the first ``count``
+    sources of ``path``: a TSV whose first column is the source (train.tsv, shuffled by
+    ``prepare``) or one sentence per line."""
     sources: list[list[int]] = []
     with open(path, encoding="utf-8") as lines:
         for line in lines:
             text = line.rstrip("\n").split("\t", 1)[0].strip()
             if text:
-                sources.append([*tokenizer.encode(text)[: max_tokens - 1], EOS_ID])
+                ids = encode(text)
+                sources.append([*ids[: max_tokens - 1], ids[-1]] if len(ids) > max_tokens
+                               else ids)
             if len(sources) == count:
                 break
     if not sources:
         raise ValueError(f"{path}: no sentences to calibrate the int8 graphs with")
     return sources
+
+
+def vocabulary_sources(ids: np.ndarray, eos_id: int, count: int = CALIBRATION_SENTENCES,
+                       seed: int = 0) -> list[list[int]]:
+    """``count`` sequences of 4-40 tokens drawn from ``ids``, each ending in EOS: calibration
+    for a model whose training text is not at hand (an imported one). Real sentences
+    (``calibration_sources``) give ranges closer to what the service sees."""
+    rng = np.random.default_rng(seed)
+    return [[*map(int, rng.choice(ids, int(rng.integers(3, 40)))), eos_id] for _ in range(count)]
 
 
 def _weighted_matmuls(model) -> list:
@@ -92,7 +100,7 @@ class _Ranges:
 
 
 def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: int,
-              ) -> tuple[_Ranges, _Ranges]:
+              bos_id: int, eos_id: int) -> tuple[_Ranges, _Ranges]:
     """Translate ``sources`` greedily, one at a time (no padding to distort the ranges), with
     the fp32 graphs in ``out_dir``, recording every weighted MatMul input's range."""
     encoder, decoder = _Ranges(out_dir / "encoder.onnx"), _Ranges(out_dir / "decoder.onnx")
@@ -102,7 +110,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
         )
         layers, _, heads, _, head_dim = cross_keys.shape
         keys = values = np.zeros((layers, 1, heads, 0, head_dim), np.float32)
-        token = BOS_ID
+        token = bos_id
         for step in range(min(2 * len(ids) + 10, max_positions - 1)):
             log_probs, *presents = decoder.run(decoder_feeds(
                 np.asarray([token], np.int64), np.asarray([step], np.int64), keys, values,
@@ -111,7 +119,7 @@ def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: in
             presents = presents[: 2 * layers]  # then the cross caches, passed through
             keys, values = np.stack(presents[0::2]), np.stack(presents[1::2])
             token = int(log_probs[0].argmax())
-            if token == EOS_ID:
+            if token == eos_id:
                 break
     return encoder, decoder
 
@@ -196,9 +204,10 @@ def quantize_graph(source: Path, target: Path, ranges: _Ranges) -> None:
     onnx.save(model, str(target))
 
 
-def quantize_int8(out_dir: Path, sources: Sequence[Sequence[int]], max_positions: int) -> None:
+def quantize_int8(out_dir: Path, sources: Sequence[Sequence[int]], max_positions: int,
+                  bos_id: int, eos_id: int) -> None:
     """Write ``encoder.int8.onnx`` and ``decoder.int8.onnx`` beside the fp32 graphs."""
-    encoder, decoder = calibrate(out_dir, sources, max_positions)
+    encoder, decoder = calibrate(out_dir, sources, max_positions, bos_id, eos_id)
     log.info("int8: calibrated on %d sentences", len(sources))
     quantize_graph(out_dir / "encoder.onnx", out_dir / "encoder.int8.onnx", encoder)
     quantize_graph(out_dir / "decoder.onnx", out_dir / "decoder.int8.onnx", decoder)

@@ -1,0 +1,88 @@
+"""Text to the model's token ids and back: SentencePiece, and the vocabulary behind the ids.
+
+A bundle trained here has one SentencePiece model whose ids are the model's ids. An imported
+one may have two SentencePiece models (Marian: ``source.spm`` and ``target.spm``) whose pieces
+are looked up in the model's own vocabulary (``vocab.json``), and a target-language token that
+starts the source (``>>fra<<`` in Opus-MT's multilingual models). The manifest says which:
+``tokenizer``, optional ``target_tokenizer``, optional ``vocabulary`` ({"source": file,
+"target": file}, each a JSON list of pieces, the index being the id) and optional
+``target_languages`` ({language: token}).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+
+class Vocabulary:
+    """Encodes source text to ids (ending in EOS) and decodes target ids to text."""
+
+    def __init__(self, source_model: Path, target_model: Path | None = None,
+                 source_pieces: list[str] | None = None,
+                 target_pieces: list[str] | None = None, *, unk_id: int, eos_id: int,
+                 target_languages: dict[str, str] | None = None):
+        self.source = spm.SentencePieceProcessor(model_file=str(source_model))
+        self.target = (spm.SentencePieceProcessor(model_file=str(target_model))
+                       if target_model else self.source)
+        self.unk_id, self.eos_id = unk_id, eos_id
+        self.source_pieces, self.target_pieces = source_pieces, target_pieces
+        self._source_ids = ({piece: i for i, piece in enumerate(source_pieces)}
+                            if source_pieces is not None else None)
+        self.target_languages = dict(target_languages or {})
+        self._language_ids = {lang: self._piece_id(token)
+                              for lang, token in self.target_languages.items()}
+        unknown = [t for lang, t in self.target_languages.items()
+                   if self._language_ids[lang] == unk_id]
+        if unknown:
+            raise ValueError(f"target-language token(s) {unknown} are not in the vocabulary")
+
+    @classmethod
+    def from_manifest(cls, directory: Path, manifest: dict[str, Any]) -> Vocabulary:
+        ids = manifest["special_ids"]
+        files = manifest.get("vocabulary") or {}
+        pieces = {side: json.loads((directory / name).read_text(encoding="utf-8"))
+                  for side, name in files.items()}
+        target = manifest.get("target_tokenizer")
+        return cls(directory / manifest["tokenizer"], directory / target if target else None,
+                   pieces.get("source"), pieces.get("target"), unk_id=ids["unk"],
+                   eos_id=ids["eos"], target_languages=manifest.get("target_languages"))
+
+    def _piece_id(self, piece: str) -> int:
+        if self._source_ids is None:
+            return self.source.piece_to_id(piece)
+        return self._source_ids.get(piece, self.unk_id)
+
+    def encode(self, text: str, target_lang: str | None = None) -> list[int]:
+        """Source ids of ``text`` followed by EOS, after the target-language token when the
+        model needs one (``target_lang`` must then be one of ``target_languages``)."""
+        if self._source_ids is None:
+            ids = self.source.encode(text)
+        else:
+            ids = [self._source_ids.get(p, self.unk_id)
+                   for p in self.source.encode(text, out_type=str)]
+        if self.target_languages:
+            if target_lang not in self._language_ids:
+                raise ValueError(f"target language {target_lang!r} is not one of "
+                                 f"{sorted(self.target_languages)}")
+            ids.insert(0, self._language_ids[target_lang])
+        ids.append(self.eos_id)
+        return ids
+
+    def piece(self, token: int) -> str:
+        """The target piece of id ``token``."""
+        if self.target_pieces is None:
+            return self.target.id_to_piece(token)
+        return self.target_pieces[token]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Target text of ``ids`` (without BOS/EOS); language tokens are left out."""
+        if self.target_pieces is None:
+            return self.target.decode(list(ids))
+        language_tokens = set(self.target_languages.values())
+        return self.target.decode_pieces(
+            [p for p in map(self.target_pieces.__getitem__, ids) if p not in language_tokens])

@@ -1,0 +1,276 @@
+"""Models published elsewhere, imported: the bundle decodes what the original decodes.
+
+The reference is the original's own implementation (``transformers``' generate), on a model
+trained here in seconds until it translates the overfit fixture (``conftest.marian_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.bundle import load_bundle
+from service.decoding import Engine
+from tests.conftest import MARIAN_LANGUAGES, OVERFIT_TSV
+from training.importers import UnsupportedModel, import_model
+
+SOURCES = [line.split("\t")[0] for line in OVERFIT_TSV.read_text(encoding="utf-8").splitlines()]
+GERMAN = MARIAN_LANGUAGES[0]
+
+
+@pytest.fixture(scope="module")
+def marian_bundle(marian_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("imported")
+    calibration = out / "calibration.txt"
+    calibration.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    return import_model(marian_dir, out / "en-mul", int8=True, calibration=calibration,
+                        default_variant="fp32")
+
+
+def reference(marian_dir: Path, beam: int) -> list[list[int]]:
+    """transformers' own output ids for each source (start token and EOS left out)."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(marian_dir)
+    model = MarianMTModel.from_pretrained(marian_dir).eval()
+    outputs = []
+    with torch.no_grad():
+        for source in SOURCES:
+            encoded = tokenizer([f"{GERMAN} {source}"], return_tensors="pt")
+            ids = model.generate(**encoded, num_beams=beam, length_penalty=1.0,
+                                 max_length=64)[0].tolist()
+            outputs.append([t for t in ids[1:] if t not in (model.config.eos_token_id,
+                                                           model.config.pad_token_id)])
+    return outputs
+
+
+def ours(bundle: Path, variant: str, beam: int) -> list[list[int]]:
+    engine = Engine(bundle, threads=1, variant=variant)
+    translations = engine.translate(SOURCES, beam_size=beam, length_penalty=1.0,
+                                    target_lang="deu")
+    return [t.hypotheses[0].token_ids for t in translations]
+
+
+def test_marian_greedy_is_exactly_transformers(marian_dir: Path, marian_bundle: Path) -> None:
+    expected = reference(marian_dir, beam=1)
+    assert ours(marian_bundle, "fp32", 1) == expected
+    # Static int8 moves the numbers a little; it still reproduces (nearly) every sentence.
+    int8 = ours(marian_bundle, "int8", 1)
+    assert sum(a == b for a, b in zip(int8, expected, strict=True)) >= 0.9 * len(expected)
+
+
+def test_marian_beam_search_matches_transformers(marian_dir: Path, marian_bundle: Path) -> None:
+    expected = reference(marian_dir, beam=4)
+    got = ours(marian_bundle, "fp32", 4)
+    assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 0.9 * len(expected)
+
+
+def test_a_multilingual_marian_bundle_serves_a_pair_per_target(marian_dir: Path,
+                                                               marian_bundle: Path) -> None:
+    from transformers import MarianTokenizer
+
+    bundle = load_bundle(marian_bundle)
+    assert bundle.manifest["target_languages"] == {"deu": ">>deu<<", "ltz": ">>ltz<<"}
+    assert bundle.pairs == [("en", "deu"), ("en", "ltz")]
+    manifest = bundle.manifest
+    assert manifest["model"]["activation"] == "swish"
+    assert manifest["model"]["position_layout"] == "halves"
+    assert manifest["model"]["output_bias"] is True
+    assert manifest["special_ids"]["bos"] == manifest["special_ids"]["pad"]  # Marian's start
+    engine = Engine(marian_bundle, threads=1)
+    tokenizer = MarianTokenizer.from_pretrained(marian_dir)
+    for lang, token in bundle.manifest["target_languages"].items():
+        text = "Where is the train station?"
+        assert engine.tokenize(text, lang) == tokenizer([f"{token} {text}"])["input_ids"][0]
+    with pytest.raises(ValueError, match="target language 'fra'"):
+        engine.tokenize("Hello.", "fra")
+    assert engine.translate(["Where is the train station?"], target_lang="deu")[0].text == (
+        "Wo ist der Bahnhof?")
+
+
+def test_unsupported_models_are_refused_by_name(marian_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    with pytest.raises(UnsupportedModel, match="not a recognised model"):
+        import_model(tmp_path, tmp_path / "out")
+    changed = tmp_path / "tanh"
+    shutil.copytree(marian_dir, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config["activation_function"] = "tanh"
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModel, match="the activation 'tanh'"):
+        import_model(changed, tmp_path / "out")
+    config.update(activation_function="swish", normalize_embedding=True)
+    (changed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModel, match="a layer norm on the embeddings"):
+        import_model(changed, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- CTranslate2 and Argos Translate --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(marian_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Marian fixture converted by ctranslate2's own converter, with its SentencePiece
+    models beside it (as a user keeps them)."""
+    import shutil
+
+    from ctranslate2.converters import TransformersConverter
+
+    out = tmp_path_factory.mktemp("ct2") / "model"
+    TransformersConverter(str(marian_dir)).convert(str(out))
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(marian_dir / name, out / name)
+    return out
+
+
+def ctranslate2_greedy(model_dir: Path, sources: list[list[str]], **kwargs) -> list[list[str]]:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", **kwargs)
+    results = translator.translate_batch(sources, beam_size=1, max_decoding_length=64)
+    return [result.hypotheses[0] for result in results]
+
+
+def marian_pieces(marian_dir: Path) -> list[list[str]]:
+    """The fixture's sources as CTranslate2 takes them: pieces, language token first."""
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(marian_dir)
+    return [tokenizer.convert_ids_to_tokens(tokenizer([f"{GERMAN} {s}"])["input_ids"][0])
+            for s in SOURCES]
+
+
+def our_pieces(bundle: Path) -> list[list[str]]:
+    engine = Engine(bundle, threads=1, variant="fp32")
+    return [t.hypotheses[0].tokens
+            for t in engine.translate(SOURCES, beam_size=1, target_lang="deu")]
+
+
+@pytest.mark.parametrize("quantization", [None, "float16", "int8"])
+def test_ctranslate2_import_is_exactly_ctranslate2(marian_dir: Path, ct2_dir: Path,
+                                                   tmp_path: Path, quantization) -> None:
+    from ctranslate2.converters import TransformersConverter
+
+    model = ct2_dir
+    if quantization:  # the same model stored with 16- or 8-bit weights
+        model = tmp_path / "quantized"
+        TransformersConverter(str(marian_dir)).convert(str(model), quantization=quantization)
+        for name in ("source.spm", "target.spm"):
+            (model / name).write_bytes((ct2_dir / name).read_bytes())
+    bundle = import_model(model, tmp_path / "en-de", source_lang="en", target_lang="de")
+    manifest = load_bundle(bundle).manifest
+    assert manifest["imported_from"]["format"] == "ctranslate2"
+    assert manifest["target_languages"] == {"deu": ">>deu<<", "ltz": ">>ltz<<"}
+    # Our weights are the stored ones in float32: CTranslate2 computing in float32 on them.
+    expected = ctranslate2_greedy(model, marian_pieces(marian_dir), compute_type="float32")
+    got = our_pieces(bundle)
+    assert got == expected
+    if quantization is None:  # and transformers agrees: the converter kept the model
+        engine = Engine(bundle, threads=1)
+        assert got == [[engine.vocabulary.piece(t) for t in ids]
+                       for ids in reference(marian_dir, beam=1)]
+
+
+def test_an_argos_package_imports_with_its_languages(marian_dir: Path, ct2_dir: Path,
+                                                     tmp_path: Path) -> None:
+    import shutil
+    import zipfile
+
+    package = tmp_path / "translate-en_de-1_0"
+    shutil.copytree(ct2_dir, package / "model")
+    shutil.move(package / "model" / "source.spm", package / "sentencepiece.model")
+    (package / "model" / "target.spm").unlink()
+    (package / "metadata.json").write_text(json.dumps(
+        {"package_version": "1.0", "from_code": "en", "to_code": "de"}))
+    archive = tmp_path / "translate-en_de-1_0.argosmodel"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for file in package.rglob("*"):
+            zipped.write(file, file.relative_to(tmp_path))
+    expected = ctranslate2_greedy(ct2_dir, marian_pieces(marian_dir))
+    for source in (package, archive):
+        bundle = import_model(source, tmp_path / "out" / source.name)
+        manifest = load_bundle(bundle).manifest
+        assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "de")
+        assert manifest["imported_from"]["format"] == "argos"
+        assert our_pieces(bundle) == expected
+
+
+def test_a_pre_norm_opennmt_style_model_round_trips(marian_dir: Path, tmp_path: Path) -> None:
+    """An OpenNMT-py-style model (pre-norm, ReLU, CTranslate2's built-in sinusoids, <blank>
+    padding, <s> start) written through ctranslate2's spec API, with random weights."""
+    import ctranslate2
+    import numpy as np
+    import sentencepiece as spm
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    tokenizer = spm.SentencePieceProcessor(model_file=str(marian_dir / "source.spm"))
+    pieces = ["<blank>", "<unk>", "<s>", "</s>"] + [
+        tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())
+        if not tokenizer.is_control(i) and not tokenizer.is_unknown(i)]
+    d, vocab, rng = 64, len(pieces), np.random.default_rng(0)
+
+    def fill(linear, rows: int, columns: int, scale: float = 0.2) -> None:
+        linear.weight = rng.normal(0, scale, (rows, columns)).astype(np.float32)
+        linear.bias = rng.normal(0, scale, rows).astype(np.float32)
+
+    def norm(layer_norm) -> None:
+        layer_norm.gamma = (1 + rng.normal(0, 0.1, d)).astype(np.float32)
+        layer_norm.beta = rng.normal(0, 0.1, d).astype(np.float32)
+
+    spec = transformer_spec.TransformerSpec.from_config(
+        2, 4, pre_norm=True, activation=common_spec.Activation.RELU)
+    embeddings = rng.normal(0, 0.3, (vocab, d)).astype(np.float32)
+    spec.encoder.embeddings[0].weight = embeddings
+    spec.decoder.embeddings.weight = embeddings
+    for layer in spec.encoder.layer:
+        fill(layer.self_attention.linear[0], 3 * d, d)
+        fill(layer.self_attention.linear[1], d, d)
+        fill(layer.ffn.linear_0, 2 * d, d)
+        fill(layer.ffn.linear_1, d, 2 * d)
+        norm(layer.self_attention.layer_norm)
+        norm(layer.ffn.layer_norm)
+    for layer in spec.decoder.layer:
+        fill(layer.self_attention.linear[0], 3 * d, d)
+        fill(layer.self_attention.linear[1], d, d)
+        fill(layer.attention.linear[0], d, d)
+        fill(layer.attention.linear[1], 2 * d, d)
+        fill(layer.attention.linear[2], d, d)
+        fill(layer.ffn.linear_0, 2 * d, d)
+        fill(layer.ffn.linear_1, d, 2 * d)
+        for layer_norm in (layer.self_attention.layer_norm, layer.attention.layer_norm,
+                           layer.ffn.layer_norm):
+            norm(layer_norm)
+    norm(spec.encoder.layer_norm)
+    norm(spec.decoder.layer_norm)
+    fill(spec.decoder.projection, vocab, d, scale=1.0)  # peaked: no near-ties in the argmax
+    # As after training: padding and the start token are never predicted (our decoder never
+    # emits them; CTranslate2 would, on a model that predicts them).
+    spec.decoder.projection.bias[[pieces.index("<blank>"), pieces.index("<s>")]] = -100.0
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.bos_token, spec.config.eos_token = "<s>", "</s>"
+    spec.config.decoder_start_token, spec.config.unk_token = "<s>", "<unk>"
+    spec.validate()
+    spec.optimize()
+    model_dir = tmp_path / "opennmt"
+    model_dir.mkdir()
+    spec.save(str(model_dir))
+    (model_dir / "sentencepiece.model").write_bytes((marian_dir / "source.spm").read_bytes())
+
+    bundle = import_model(model_dir, tmp_path / "en-de", source_lang="en", target_lang="de")
+    manifest = load_bundle(bundle).manifest["model"]
+    assert manifest["pre_norm"] is True and manifest["tie_output"] is False
+    assert (manifest["position_layout"], manifest["position_offset"]) == ("tensor2tensor", 1)
+    translator = ctranslate2.Translator(str(model_dir), device="cpu")
+    sources = [[*tokenizer.encode(s, out_type=str), "</s>"] for s in SOURCES[:16]]
+    expected = [r.hypotheses[0] for r in translator.translate_batch(
+        sources, beam_size=1, max_decoding_length=20)]
+    engine = Engine(bundle, threads=1, variant="fp32")
+    got = [t.hypotheses[0].tokens for t in engine.translate(SOURCES[:16], beam_size=1,
+                                                            max_length=20)]
+    assert got == expected

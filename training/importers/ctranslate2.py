@@ -1,0 +1,416 @@
+"""CTranslate2 model directories (``model.bin``, ``config.json``, vocabularies) and Argos
+Translate packages, which carry one (LibreTranslate installs these).
+
+``model.bin`` is read directly (its layout is CTranslate2's ``ModelSpec._serialize``: a
+version, the spec's name and revision, named arrays, then aliases), so importing needs no
+CTranslate2 installation. Float16, bfloat16, int8 and int16 weights are turned back into
+float32 (int8 and int16 with their ``weight_scale``). What the model computes follows
+CTranslate2's ``TransformerEncoder``/``TransformerDecoder`` (``src/layers/transformer.cc``):
+flags it leaves out take CTranslate2's defaults (pre-norm, ReLU, scaled embeddings, its
+built-in sinusoids), and anything else it supports that this model does not (relative
+positions, ALiBi, RMS norm, gated feed-forward, several source features, ...) is refused.
+One difference by design: our decoder never emits padding or its start token, which
+CTranslate2 would on a model that predicts them (trained models do not).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.config import ModelConfig
+from training.importers import Imported, UnsupportedModel, language_tokens
+from training.model import Transformer, sinusoidal_table
+
+# common_spec.Activation: RELU, GELUTanh, SWISH, GELU, GELUSigmoid, Tanh, Sigmoid
+ACTIVATIONS = {0: "relu", 2: "swish", 3: "gelu"}
+_DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, "bfloat16")
+PAD_PIECES = ("<blank>", "<pad>")
+# Variables whose presence means a feature this model lacks, with its name.
+_UNSUPPORTED = {
+    "relative_position_keys": "relative position representations",
+    "relative_attention_bias": "relative attention bias",
+    "rotary_dim": "rotary position embeddings",
+    "linear_0_noact": "a gated feed-forward layer",
+    "layernorm_embedding": "a layer norm on the embeddings",
+    "embeddings_1": "several source features",
+    "alibi": "ALiBi position biases",
+    "multi_query_attention": "multi-query attention",
+    "num_heads_kv": "grouped-query attention",
+    "rms_norm": "RMS norm",
+    "project_in": "embedding projections",
+    "queries_scale": "a non-standard attention scale",
+}
+
+
+def read_model_bin(path: Path) -> tuple[str, dict[str, np.ndarray], dict[str, str]]:
+    """(spec name, variables, aliases) of a CTranslate2 ``model.bin``."""
+    data = path.read_bytes()
+    offset = 0
+
+    def take(fmt: str) -> Any:
+        nonlocal offset
+        value = struct.unpack_from("<" + fmt, data, offset)[0]
+        offset += struct.calcsize("<" + fmt)
+        return value
+
+    def string() -> str:
+        nonlocal offset
+        length = take("H")
+        value = data[offset : offset + length - 1].decode("utf-8")
+        offset += length
+        return value
+
+    version = take("I")
+    if version < 5:
+        raise UnsupportedModel(f"{path}: CTranslate2 model format {version}; convert the model "
+                               "again with ctranslate2 3.0 or newer")
+    spec = string()
+    take("I")  # the spec's revision
+    variables: dict[str, np.ndarray] = {}
+    for _ in range(take("I")):
+        name = string()
+        shape = [take("I") for _ in range(take("B"))]
+        dtype = _DTYPES[take("B")]
+        size = take("I")
+        raw = data[offset : offset + size]
+        offset += size
+        if dtype == "bfloat16":
+            array = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(raw, dtype)
+        variables[name] = array.reshape(shape)
+    aliases = {string(): string() for _ in range(take("I"))}
+    return spec, variables, aliases
+
+
+class _Variables:
+    """model.bin's arrays by name, aliases resolved and weights dequantised to float32."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        spec, self.raw, self.aliases = read_model_bin(path)
+        if spec != "TransformerSpec":
+            raise UnsupportedModel(f"{path}: a {spec}, not a Transformer encoder-decoder "
+                                   "(TransformerSpec)")
+        names = set(self.raw) | set(self.aliases)
+        for name in names:
+            for marker, feature in _UNSUPPORTED.items():
+                if f"/{marker}" in name and self._enabled(name):
+                    raise UnsupportedModel(f"{path}: uses {feature} ({name}), which this "
+                                           "model does not support")
+
+    def _enabled(self, name: str) -> bool:
+        value = self.raw.get(self.aliases.get(name, name))
+        return value is None or value.ndim > 0 or bool(value)
+
+    def has(self, name: str) -> bool:
+        return name in self.raw or name in self.aliases
+
+    def scalar(self, name: str, default: Any) -> Any:
+        if not self.has(name):
+            return default
+        return self.raw[self.aliases.get(name, name)].item()
+
+    def array(self, name: str) -> np.ndarray:
+        if not self.has(name):
+            raise UnsupportedModel(f"{self.path}: no {name}: a layout this model does not "
+                                   "support")
+        stored = self.aliases.get(name, name)
+        value = self.raw[stored]
+        if value.dtype in (np.int8, np.int16):  # quantised: weight / scale (per row for int8)
+            scale = self.raw[self.aliases.get(stored + "_scale", stored + "_scale")]
+            scale = scale.reshape(-1, 1) if scale.ndim else scale
+            return value.astype(np.float32) / scale
+        return value.astype(np.float32)
+
+    def same(self, a: str, b: str) -> bool:
+        """Whether two variables are one (an alias) or hold equal values."""
+        if self.aliases.get(a, a) == self.aliases.get(b, b):
+            return True
+        return np.array_equal(self.array(a), self.array(b))
+
+
+def _read_vocabulary(directory: Path, name: str) -> list[str] | None:
+    if (directory / f"{name}.json").is_file():
+        return json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+    if (directory / f"{name}.txt").is_file():
+        return (directory / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+    return None
+
+
+def _position_layout(variables: _Variables, scope: str, d_model: int) -> tuple[str, int]:
+    """The (layout, offset) whose sinusoids equal the model's position table; CTranslate2's
+    own when the model stores none."""
+    name = f"{scope}/position_encodings/encodings"
+    if not variables.has(name):
+        return "tensor2tensor", 1
+    table = torch.from_numpy(variables.array(name))
+    # A table stored in 16 bits is the sinusoids rounded: compare at that precision.
+    stored = variables.raw[variables.aliases.get(name, name)].dtype
+    tolerance = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-3}.get(stored, 1e-2)
+    for layout in ("halves", "interleaved", "tensor2tensor"):
+        for offset in (0, 1, 2):
+            candidate = sinusoidal_table(table.shape[0], d_model, layout, offset)
+            if torch.allclose(candidate, table, atol=tolerance):
+                return layout, offset
+    raise UnsupportedModel(f"{variables.path}: learned or unusual position encodings "
+                           f"({name}), which this model does not support")
+
+
+def _linear(ours: dict, variables: _Variables, mine: str, theirs: str) -> None:
+    ours[mine + "weight"] = variables.array(theirs + "/weight")
+    ours[mine + "bias"] = variables.array(theirs + "/bias")
+
+
+def _norm(ours: dict, variables: _Variables, mine: str, theirs: str) -> None:
+    ours[mine + "weight"] = variables.array(theirs + "/gamma")
+    ours[mine + "bias"] = variables.array(theirs + "/beta")
+
+
+def _split(ours: dict, mine: list[str], weight: np.ndarray, bias: np.ndarray) -> None:
+    """A fused projection (CTranslate2's QKV or KV) into our separate linears."""
+    for name, w, b in zip(mine, np.split(weight, len(mine)), np.split(bias, len(mine)),
+                          strict=True):
+        ours[name + "weight"], ours[name + "bias"] = w, b
+
+
+def _layers(variables: _Variables, scope: str) -> int:
+    count = 0
+    while variables.has(f"{scope}/layer_{count}/ffn/linear_0/weight"):
+        count += 1
+    return count
+
+
+def _sublayer_norms(variables: _Variables, ours: dict, mine: str, theirs: str,
+                    names: list[str]) -> None:
+    for index, name in enumerate(names):
+        _norm(ours, variables, f"{mine}sublayer.{index}.norm.", f"{theirs}/{name}/layer_norm")
+
+
+def _weights(variables: _Variables, pre_norm: bool) -> dict[str, np.ndarray]:
+    ours: dict[str, np.ndarray] = {}
+    for i in range(_layers(variables, "encoder")):
+        mine, theirs = f"encoder_layers.{i}.", f"encoder/layer_{i}"
+        attention = f"{theirs}/self_attention"
+        _split(ours, [mine + f"self_attn.w_{p}." for p in "qkv"],
+               variables.array(attention + "/linear_0/weight"),
+               variables.array(attention + "/linear_0/bias"))
+        _linear(ours, variables, mine + "self_attn.w_o.", attention + "/linear_1")
+        _linear(ours, variables, mine + "feed_forward.w_1.", theirs + "/ffn/linear_0")
+        _linear(ours, variables, mine + "feed_forward.w_2.", theirs + "/ffn/linear_1")
+        _sublayer_norms(variables, ours, mine, theirs, ["self_attention", "ffn"])
+    for i in range(_layers(variables, "decoder")):
+        mine, theirs = f"decoder_layers.{i}.", f"decoder/layer_{i}"
+        attention, cross = f"{theirs}/self_attention", f"{theirs}/attention"
+        _split(ours, [mine + f"self_attn.w_{p}." for p in "qkv"],
+               variables.array(attention + "/linear_0/weight"),
+               variables.array(attention + "/linear_0/bias"))
+        _linear(ours, variables, mine + "self_attn.w_o.", attention + "/linear_1")
+        _linear(ours, variables, mine + "cross_attn.w_q.", cross + "/linear_0")
+        _split(ours, [mine + "cross_attn.w_k.", mine + "cross_attn.w_v."],
+               variables.array(cross + "/linear_1/weight"),
+               variables.array(cross + "/linear_1/bias"))
+        _linear(ours, variables, mine + "cross_attn.w_o.", cross + "/linear_2")
+        _linear(ours, variables, mine + "feed_forward.w_1.", theirs + "/ffn/linear_0")
+        _linear(ours, variables, mine + "feed_forward.w_2.", theirs + "/ffn/linear_1")
+        _sublayer_norms(variables, ours, mine, theirs, ["self_attention", "attention", "ffn"])
+    if pre_norm:
+        _norm(ours, variables, "encoder_norm.", "encoder/layer_norm")
+        _norm(ours, variables, "decoder_norm.", "decoder/layer_norm")
+    return ours
+
+
+def _scale(variables: _Variables, scope: str, d_model: int) -> bool:
+    """Whether embeddings are multiplied by sqrt(d_model) (CTranslate2 stores a flag or the
+    factor itself; other factors are refused)."""
+    name = f"{scope}/scale_embeddings"
+    if not variables.has(name):
+        return True
+    value = float(variables.scalar(name, 1))
+    if variables.raw[variables.aliases.get(name, name)].dtype == np.int8:
+        return bool(value)
+    if math.isclose(value, 1.0):
+        return False
+    if math.isclose(value, math.sqrt(d_model), rel_tol=1e-5):
+        return True
+    raise UnsupportedModel(f"{variables.path}: embeddings scaled by {value}, which this model "
+                           "does not support (only 1 or sqrt(d_model))")
+
+
+def _tokenizers(directory: Path, package: Path | None) -> tuple[Path, Path | None]:
+    """The SentencePiece model(s) beside the model (or at an Argos package's root)."""
+    for root in (directory, package):
+        if root is None:
+            continue
+        if (root / "source.spm").is_file() and (root / "target.spm").is_file():
+            return root / "source.spm", root / "target.spm"
+        found = sorted([*root.glob("*.model"), *root.glob("*.spm")])
+        if len(found) == 1:
+            return found[0], None
+    raise UnsupportedModel(f"{directory}: no SentencePiece model found; put it beside "
+                           "model.bin (sentencepiece.model, or source.spm and target.spm)")
+
+
+def recognise(path: Path) -> bool:
+    return (path / "model.bin").is_file() or recognise_argos(path)
+
+
+def recognise_argos(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix == ".argosmodel" or zipfile.is_zipfile(path)
+    return (path / "metadata.json").is_file() and (path / "model" / "model.bin").is_file()
+
+
+def read(path: Path, package: Path | None = None, languages: tuple[str, str] | None = None,
+         ) -> Imported:
+    """Read a CTranslate2 model directory (``package``: the Argos package holding it)."""
+    config: dict[str, Any] = {}
+    if (path / "config.json").is_file():
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    variables = _Variables(path / "model.bin")
+    shared = _read_vocabulary(path, "shared_vocabulary")
+    source_pieces = shared or _read_vocabulary(path, "source_vocabulary")
+    target_pieces = shared or _read_vocabulary(path, "target_vocabulary")
+    if source_pieces is None or target_pieces is None:
+        raise UnsupportedModel(f"{path}: no vocabulary (shared_vocabulary.json, or "
+                               "source_vocabulary.json and target_vocabulary.json)")
+    source_pieces, target_pieces = list(source_pieces), list(target_pieces)
+    if config.get("add_source_bos"):
+        raise UnsupportedModel(f"{path}: sources that start with a BOS token (add_source_bos)")
+    if variables.has("encoder/layer_0/self_attention/linear_2/weight"):
+        raise UnsupportedModel(f"{path}: unfused attention projections")
+
+    heads = int(variables.scalar("encoder/num_heads", 8))
+    if int(variables.scalar("decoder/num_heads", 8)) != heads:
+        raise UnsupportedModel(f"{path}: different encoder and decoder head counts")
+    pre_norm = bool(variables.scalar("encoder/pre_norm", 1))
+    if bool(variables.scalar("decoder/pre_norm", 1)) != pre_norm:
+        raise UnsupportedModel(f"{path}: a pre-norm encoder with a post-norm decoder")
+    activation = int(variables.scalar("encoder/activation", 0))
+    if activation not in ACTIVATIONS or activation != int(variables.scalar("decoder/activation",
+                                                                           0)):
+        raise UnsupportedModel(f"{path}: the activation {activation} (CTranslate2's "
+                               "common_spec.Activation), which this model does not support")
+    source_embed = variables.array("encoder/embeddings_0/weight")
+    target_embed = variables.array("decoder/embeddings/weight")
+    d_model, d_ff = target_embed.shape[1], variables.array(
+        "encoder/layer_0/ffn/linear_0/weight").shape[0]
+    layout, offset = _position_layout(variables, "decoder", d_model)
+    if (layout, offset) != _position_layout(variables, "encoder", d_model):
+        raise UnsupportedModel(f"{path}: different encoder and decoder position encodings")
+    scale = _scale(variables, "decoder", d_model)
+    if scale != _scale(variables, "encoder", d_model):
+        raise UnsupportedModel(f"{path}: embeddings scaled in one stack only")
+    share_embeddings = (shared is not None and variables.same("encoder/embeddings_0/weight",
+                                                              "decoder/embeddings/weight"))
+    tie = variables.same("decoder/projection/weight", "decoder/embeddings/weight")
+    weights = _weights(variables, pre_norm)
+    projection = variables.array("decoder/projection/weight")
+    bias = (variables.array("decoder/projection/bias")
+            if variables.has("decoder/projection/bias") else np.zeros(len(target_pieces),
+                                                                       np.float32))
+
+    def index(pieces: list[str], token: str | None, what: str) -> int:
+        if token is None or token not in pieces:
+            raise UnsupportedModel(f"{path}: the {what} token {token!r} is not in the "
+                                   "vocabulary")
+        return pieces.index(token)
+
+    # Padding is ours alone (CTranslate2 needs none): a zero row where the vocabulary has no
+    # pad piece. A decoder that starts from a zero embedding starts from such a row.
+    pad_piece = next((p for p in PAD_PIECES if p in source_pieces and p in target_pieces), None)
+    zero_start = bool(variables.scalar("decoder/start_from_zero_embedding", 0))
+    pad_row_zero = pad_piece is not None and not target_embed[
+        target_pieces.index(pad_piece)].any()
+    if pad_piece is None or (zero_start and not pad_row_zero):
+        pad_piece = "<pad>" if "<pad>" not in target_pieces else "<start>"
+        zero = np.zeros((1, d_model), np.float32)
+        source_embed = np.concatenate([source_embed, zero])
+        target_embed = np.concatenate([target_embed, zero])
+        projection = np.concatenate([projection, zero])
+        bias = np.concatenate([bias, np.zeros(1, np.float32)])
+        source_pieces = [*source_pieces, pad_piece]
+        target_pieces = source_pieces if shared is not None else [*target_pieces, pad_piece]
+    pad_id = index(source_pieces, pad_piece, "padding")
+    if index(target_pieces, pad_piece, "padding") != pad_id:
+        raise UnsupportedModel(f"{path}: the padding token has different ids in the source "
+                               "and target vocabularies")
+    eos = config.get("eos_token", "</s>")
+    start = config.get("decoder_start_token", config.get("bos_token", "<s>"))
+    bos_id = pad_id if zero_start else index(target_pieces, start, "decoder start")
+    weights["embeddings.lut.weight"] = target_embed
+    if not share_embeddings:
+        weights["source_embeddings.lut.weight"] = source_embed
+    if not tie:
+        weights["output_projection.weight"] = projection
+    weights["output_bias"] = bias
+    model_config = ModelConfig(
+        d_model=d_model, d_ff=d_ff, heads=heads, encoder_layers=_layers(variables, "encoder"),
+        decoder_layers=_layers(variables, "decoder"), dropout=0.0,
+        vocab_size=len(target_pieces),
+        source_vocab_size=0 if share_embeddings else len(source_pieces),
+        max_positions=(variables.array("decoder/position_encodings/encodings").shape[0]
+                       if variables.has("decoder/position_encodings/encodings") else 512),
+        pre_norm=pre_norm,
+        layer_norm_eps=float(config.get("layer_norm_epsilon") or 1e-5),
+        activation=ACTIVATIONS[activation], position_layout=layout, position_offset=offset,
+        scale_embeddings=scale, shared_embeddings=share_embeddings, tie_output=tie,
+        output_bias=True, pad_id=pad_id,
+        unk_id=index(source_pieces, config.get("unk_token", "<unk>"), "unknown"),
+        bos_id=bos_id, eos_id=index(target_pieces, eos, "end"),
+    )
+    if index(source_pieces, eos, "end") != model_config.eos_id:
+        raise UnsupportedModel(f"{path}: the end token has different ids in the source and "
+                               "target vocabularies")
+    model = Transformer(model_config)
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v))
+                           for k, v in weights.items()}, strict=True)
+    source_model, target_model = _tokenizers(path, package)
+    source_lang, target_lang = languages or (None, None)
+    return Imported(
+        model=model.eval(), source_tokenizer=source_model, target_tokenizer=target_model,
+        vocabulary={"source": source_pieces, "target": target_pieces},
+        source_lang=source_lang, target_lang=target_lang,
+        target_languages=language_tokens(source_pieces),
+        origin={"format": "argos" if package else "ctranslate2",
+                "path": str(package or path)},
+    )
+
+
+def read_argos(path: Path) -> Imported:
+    """An Argos Translate package: a ``.argosmodel`` zip or its unpacked folder."""
+    if path.is_file():
+        with zipfile.ZipFile(path) as archive, tempfile.TemporaryDirectory() as tmp:
+            archive.extractall(tmp)
+            roots = [p for p in Path(tmp).iterdir() if p.is_dir()]
+            root = roots[0] if len(roots) == 1 and not (Path(tmp) / "metadata.json").is_file() \
+                else Path(tmp)
+            imported = read_argos(root)
+            # The tokenizer files live in the temporary folder: keep copies that outlive it.
+            keep = Path(tempfile.mkdtemp(prefix="argos-"))
+            imported.source_tokenizer = _copy(imported.source_tokenizer, keep)
+            if imported.target_tokenizer:
+                imported.target_tokenizer = _copy(imported.target_tokenizer, keep)
+            imported.origin["path"] = str(path)
+            return imported
+    metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+    languages = (metadata.get("from_code"), metadata.get("to_code"))
+    imported = read(path / "model", package=path,
+                    languages=languages if all(languages) else None)
+    imported.origin["package_version"] = metadata.get("package_version")
+    return imported
+
+
+def _copy(file: Path, directory: Path) -> Path:
+    target = directory / file.name
+    target.write_bytes(file.read_bytes())
+    return target

@@ -1,0 +1,309 @@
+"""The serving process: ``translate-serve``'s flags, the stop sequence on a real SIGTERM, and
+connection limits under an open-file limit.
+
+Each test runs the server as a child process, the way an operator or an orchestrator does. The
+stop-sequence and connection tests use ``FakeEngine`` (tests/test_scheduler.py), whose decoding
+takes a known time, so that a request is surely running when the signal arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.settings import settings_from_args
+from tests.test_api import fake_models, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The real entry point with FakeEngine bundles: argv[1] is the seconds one decoder step takes.
+FAKE_SERVE = (
+    "import sys; from service.main import serve; from service.settings import settings_from_args;"
+    " from tests.test_api import fake_factory;"
+    " serve(settings_from_args(sys.argv[2:]), fake_factory(step_s=float(sys.argv[1])))"
+)
+
+
+class ServerProcess:
+    """A server child process on a free port, its stderr collected."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str] | None = None,
+                 open_files: int | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+        def limit_open_files() -> None:
+            if open_files is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+        self.process = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT,
+            env={**os.environ, "LOG_LEVEL": "warning", **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=limit_open_files,
+        )
+        self.log: list[str] = []
+        self.reader = threading.Thread(target=self._read_log, daemon=True)
+        self.reader.start()
+
+    def _read_log(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.log.append(line)
+
+    def wait_for(self, path: str, timeout: float = 60) -> None:
+        stop = time.monotonic() + timeout
+        while time.monotonic() < stop:
+            assert self.process.poll() is None, "".join(self.log)
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"{path} never answered 200:\n{''.join(self.log)}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        finally:
+            self.reader.join(5)
+
+
+@contextlib.contextmanager
+def fake_server(tmp_path: Path, *flags: str, step_s: float = 0.01,
+                open_files: int | None = None) -> Iterator[ServerProcess]:
+    models = fake_models(tmp_path / "models", "en-de")
+    command = [sys.executable, "-c", FAKE_SERVE, str(step_s), "--model-dir", str(models), *flags]
+    server = ServerProcess(command, open_files=open_files)
+    try:
+        server.wait_for("/ready")
+        yield server
+    finally:
+        server.process.kill()
+        server.process.wait(10)
+
+
+def words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+# -- translate-serve's flags ----------------------------------------------------------------------
+
+
+def test_help_prints_the_flags_and_starts_no_server() -> None:
+    done = subprocess.run([sys.executable, "-m", "service.main", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: translate-serve")
+    for flag in ("--host", "--port", "--model-dir", "--workers", "--max-queue",
+                 "--shutdown-delay-s", "--max-connections", "--no-batching"):
+        assert flag in done.stdout
+    assert "--api-keys" not in done.stdout  # secrets stay off command lines
+    assert "Uvicorn running" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prot", "9000"], "unrecognized arguments: --prot 9000"),
+        (["9000"], "unrecognized arguments: 9000"),
+        (["--api-keys", "secret"], "unrecognized arguments: --api-keys secret"),
+        (["--port", "nine"], "--port / PORT: Input should be a valid integer"),
+        (["--port", "70000"], "--port / PORT: Input should be less than or equal to 65535"),
+        (["--device", "tpu"], "--device / DEVICE: Input should be 'auto', 'cpu' or 'cuda'"),
+    ],
+)
+def test_bad_arguments_are_refused(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        settings_from_args(args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORT", "7000")
+    monkeypatch.setenv("MAX_QUEUE", "7")
+    monkeypatch.setenv("BATCHING", "true")
+    settings = settings_from_args(["--port", "9000", "--no-batching", "--cors-origins", "a,b"])
+    assert (settings.port, settings.batching, settings.cors_origins) == (9000, False, ["a", "b"])
+    assert settings.max_queue == 7  # no flag: the environment's value
+    assert settings_from_args([]).port == 7000
+
+
+def test_the_port_flag_is_where_the_server_answers(tiny_bundle: Path) -> None:
+    decoy = free_port()  # the environment names another port; the flag wins
+    server = ServerProcess([sys.executable, "-m", "service.main", "--model-dir", str(tiny_bundle),
+                            "--threads", "1"], env={"PORT": str(decoy)})
+    try:
+        server.wait_for("/health")
+        assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{decoy}/health")
+    finally:
+        assert server.stop() in (0, -signal.SIGTERM), "".join(server.log)
+
+
+# -- the stop sequence, on a real SIGTERM --------------------------------------------------------
+
+
+def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: Path) -> None:
+    delay = 1.5
+    with fake_server(tmp_path, "--shutdown-delay-s", str(delay), "--shutdown-grace-s", "10",
+                     step_s=0.05) as server, ThreadPoolExecutor(2) as pool:
+        long_text = words(60)  # 60 decoder steps: 3 s, past the delay
+        running = pool.submit(httpx.post, server.url + "/translate",
+                              json={"text": long_text}, timeout=30)
+        time.sleep(0.3)  # the request is decoding
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+
+        ready = httpx.get(server.url + "/ready")
+        while ready.status_code == 200 and time.monotonic() - signalled < 1:
+            ready = httpx.get(server.url + "/ready")
+        assert time.monotonic() - signalled < 0.5  # at once
+        assert ready.status_code == 503
+        assert ready.json()["error"]["code"] == "shutting_down"
+
+        # Load balancers have not noticed yet: what they still send is served.
+        late = httpx.post(server.url + "/translate", json={"text": "still here"})
+        assert late.status_code == 200 and late.json()["translations"][0]["text"] == "STILL HERE"
+
+        while True:  # the listener closes once the delay is over
+            try:
+                httpx.get(server.url + "/health", timeout=1)
+            except httpx.ConnectError:
+                break
+            time.sleep(0.05)
+        assert time.monotonic() - signalled >= delay
+
+        response = running.result()
+        assert response.status_code == 200  # accepted work finishes
+        assert response.json()["translations"][0]["text"] == long_text.upper()
+        assert server.stop() in (0, -signal.SIGTERM)
+        assert "Traceback" not in "".join(server.log)
+
+
+def test_requests_running_when_the_grace_period_ends_get_503_json(tmp_path: Path) -> None:
+    with fake_server(tmp_path, "--shutdown-delay-s", "0.2", "--shutdown-grace-s", "1",
+                     step_s=0.05) as server, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(httpx.post, server.url + "/translate",
+                              json={"text": words(200)}, timeout=30)  # 10 s of decoding
+        time.sleep(0.3)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        response = running.result()
+        answered = time.monotonic() - signalled
+        assert response.status_code == 503, response.text
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["error"]["code"] == "shutting_down"
+        assert response.headers["retry-after"]
+        assert 1.1 < answered < 3  # delay + grace, not the 10 s the request needed
+        assert server.stop() in (0, -signal.SIGTERM)
+        assert server.process.returncode is not None
+
+
+# -- connections ---------------------------------------------------------------------------------
+
+OPEN_FILES = 256  # the server's RLIMIT_NOFILE: more connections than this are opened below
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with fake_server(tmp_path_factory.mktemp("guarded"), "--header-timeout-s", "1",
+                     "--body-timeout-s", "1", open_files=OPEN_FILES) as server:
+        yield server
+
+
+def connect(server: ServerProcess) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_the_cap_is_fitted_to_the_open_file_limit(guarded_server: ServerProcess) -> None:
+    log = "".join(guarded_server.log)
+    assert f"MAX_CONNECTIONS 4096 lowered to {OPEN_FILES - 64}" in log
+
+
+def test_slow_headers_get_408_and_are_closed(guarded_server: ServerProcess) -> None:
+    with connect(guarded_server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+        started = time.monotonic()
+        answer = read_until_closed(sock)
+    assert 0.9 < time.monotonic() - started < 3
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b'"code":"header_timeout"' in answer
+
+
+def test_a_slow_body_gets_408_and_is_closed(guarded_server: ServerProcess) -> None:
+    with connect(guarded_server) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"text\": ")
+        started = time.monotonic()
+        answer = read_until_closed(sock)
+    assert 0.9 < time.monotonic() - started < 3
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b'"code":"body_timeout"' in answer
+
+
+def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
+    guarded_server: ServerProcess,
+) -> None:
+    idle = [connect(guarded_server) for _ in range(OPEN_FILES + 50)]
+    slow = [connect(guarded_server) for _ in range(50)]
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    stop = threading.Event()
+
+    def dribble() -> None:  # one byte at a time to each slow connection
+        for index in range(len(request)):
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.send(request[index : index + 1])
+            if stop.wait(0.1):
+                return
+
+    dribbler = threading.Thread(target=dribble)
+    dribbler.start()
+    try:
+        started = time.monotonic()
+        response = httpx.post(guarded_server.url + "/translate", json={"text": "hello there"},
+                              timeout=10)
+        waited = time.monotonic() - started
+        assert response.status_code == 200
+        assert response.json()["translations"][0]["text"] == "HELLO THERE"
+        assert waited < 1  # room was made at once, not after a header deadline
+    finally:
+        stop.set()
+        dribbler.join()
+    # Every idle and slow connection was closed: evicted to make room, or past its deadline.
+    for sock in [*idle, *slow]:
+        sock.settimeout(5)
+        read_until_closed(sock)
+        sock.close()
+    assert guarded_server.process.poll() is None
+    assert "Too many open files" not in "".join(guarded_server.log)

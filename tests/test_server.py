@@ -229,7 +229,8 @@ OPEN_FILES = 256  # the server's RLIMIT_NOFILE: more connections than this are o
 @pytest.fixture(scope="module")
 def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with fake_server(tmp_path_factory.mktemp("guarded"), "--header-timeout-s", "1",
-                     "--body-timeout-s", "1", open_files=OPEN_FILES) as server:
+                     "--body-timeout-s", "1", "--keep-alive-s", "1",
+                     open_files=OPEN_FILES) as server:
         yield server
 
 
@@ -243,6 +244,19 @@ def read_until_closed(sock: socket.socket) -> bytes:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, leaving the connection open."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
 
 
 def test_the_cap_is_fitted_to_the_open_file_limit(guarded_server: ServerProcess) -> None:
@@ -269,6 +283,37 @@ def test_a_slow_body_gets_408_and_is_closed(guarded_server: ServerProcess) -> No
     assert 0.9 < time.monotonic() - started < 3
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"body_timeout"' in answer
+
+
+def test_an_idle_kept_alive_connection_is_closed(guarded_server: ServerProcess) -> None:
+    with connect(guarded_server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        assert b"connection: close" not in answer.lower()  # kept alive...
+        started = time.monotonic()
+        assert read_until_closed(sock) == b""  # ...until idle for KEEP_ALIVE_S
+    assert 0.9 < time.monotonic() - started < 3
+
+
+def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_503(tmp_path: Path) -> None:
+    with fake_server(tmp_path, "--max-connections", "2") as server:
+        busy = [connect(server) for _ in range(2)]
+        for sock in busy:  # headers sent, the body still to come: a running request
+            sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n")
+        time.sleep(0.2)
+        with connect(server) as sock:
+            answer = read_until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 503 ")
+        assert b"retry-after: 1" in answer.lower()
+        assert b'"code":"too_many_connections"' in answer
+        for sock in busy:  # the running requests are unharmed
+            sock.sendall(b'{"text": "a b c"}   ')
+            answer = read_response(sock)
+            assert answer.startswith(b"HTTP/1.1 200 ") and b'"text":"A B C"' in answer
+            sock.close()
+        time.sleep(0.2)
+        assert httpx.get(server.url + "/health").status_code == 200  # room again
 
 
 def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(

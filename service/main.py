@@ -190,7 +190,7 @@ class Server(uvicorn.Server):
     sending; then admission stops, the listener closes and accepted requests have
     SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
     documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
-    skips the delay."""
+    exits at once, as with plain uvicorn."""
 
     def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
         super().__init__(config)

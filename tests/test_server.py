@@ -166,10 +166,10 @@ def test_the_port_flag_is_where_the_server_answers(tiny_bundle: Path) -> None:
 
 
 def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: Path) -> None:
-    delay = 1.5
+    delay = 3
     with fake_server(tmp_path, "--shutdown-delay-s", str(delay), "--shutdown-grace-s", "10",
                      step_s=0.05) as server, ThreadPoolExecutor(2) as pool:
-        long_text = words(60)  # 60 decoder steps: 3 s, past the delay
+        long_text = words(100)  # 100 decoder steps: 5 s, past the delay
         running = pool.submit(httpx.post, server.url + "/translate",
                               json={"text": long_text}, timeout=30)
         time.sleep(0.3)  # the request is decoding
@@ -179,7 +179,7 @@ def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: 
         ready = httpx.get(server.url + "/ready")
         while ready.status_code == 200 and time.monotonic() - signalled < 1:
             ready = httpx.get(server.url + "/ready")
-        assert time.monotonic() - signalled < 0.5  # at once
+        assert time.monotonic() - signalled < 1  # at once, well before the delay ends
         assert ready.status_code == 503
         assert ready.json()["error"]["code"] == "shutting_down"
 
@@ -228,8 +228,8 @@ OPEN_FILES = 256  # the server's RLIMIT_NOFILE: more connections than this are o
 
 @pytest.fixture(scope="module")
 def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with fake_server(tmp_path_factory.mktemp("guarded"), "--header-timeout-s", "1",
-                     "--body-timeout-s", "1", "--keep-alive-s", "1",
+    with fake_server(tmp_path_factory.mktemp("guarded"), "--header-timeout-s", "2",
+                     "--body-timeout-s", "2", "--keep-alive-s", "1",
                      open_files=OPEN_FILES) as server:
         yield server
 
@@ -269,7 +269,7 @@ def test_slow_headers_get_408_and_are_closed(guarded_server: ServerProcess) -> N
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
         started = time.monotonic()
         answer = read_until_closed(sock)
-    assert 0.9 < time.monotonic() - started < 3
+    assert 1.9 < time.monotonic() - started < 4
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"header_timeout"' in answer
 
@@ -280,7 +280,7 @@ def test_a_slow_body_gets_408_and_is_closed(guarded_server: ServerProcess) -> No
                      b"Content-Length: 100\r\n\r\n{\"text\": ")
         started = time.monotonic()
         answer = read_until_closed(sock)
-    assert 0.9 < time.monotonic() - started < 3
+    assert 1.9 < time.monotonic() - started < 4
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"body_timeout"' in answer
 
@@ -341,7 +341,7 @@ def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
         waited = time.monotonic() - started
         assert response.status_code == 200
         assert response.json()["translations"][0]["text"] == "HELLO THERE"
-        assert waited < 1  # room was made at once, not after a header deadline
+        assert waited < 1.5  # room was made at once, not after the 2 s header deadline
     finally:
         stop.set()
         dribbler.join()

@@ -28,7 +28,7 @@ from service.api import Pair, ServiceState, pair_label, router
 from service.bundle import MANIFEST, discover_bundles
 from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
 from service.decoding import DecodeOptions, Engine
-from service.errors import install_error_handlers
+from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.scheduler import Scheduler
 from service.settings import Settings, settings_from_args
@@ -140,6 +140,7 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
+    app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     return app
 
@@ -223,9 +224,9 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         timeout_keep_alive=settings.keep_alive_s,
         header_timeout_s=settings.header_timeout_s,
         max_connections=fit_open_file_limit(settings.max_connections),
-        # Only a backstop: the drain answers every request within SHUTDOWN_GRACE_S; past this
-        # uvicorn cancels what is left.
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 5,
+        # A backstop: the drain answers every request in the scheduler within SHUTDOWN_GRACE_S;
+        # 2 s later uvicorn cancels what is left (CancelledRequestMiddleware answers it).
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
     )
     return Server(config, app.state.service)
 

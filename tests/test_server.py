@@ -221,6 +221,21 @@ def test_requests_running_when_the_grace_period_ends_get_503_json(tmp_path: Path
         assert server.process.returncode is not None
 
 
+def test_a_request_still_reading_its_body_at_the_end_gets_503_json(tmp_path: Path) -> None:
+    with fake_server(tmp_path, "--shutdown-delay-s", "0.2", "--shutdown-grace-s", "1",
+                     "--body-timeout-s", "60") as server, connect(server) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.3)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        answer = read_until_closed(sock)
+        assert 3 < time.monotonic() - signalled < 6  # delay + grace + uvicorn's 2 s backstop
+        assert answer.startswith(b"HTTP/1.1 503 ")
+        assert b"content-type: application/json" in answer
+        assert b'"code":"shutting_down"' in answer
+        assert server.stop() in (0, -signal.SIGTERM)
+
+
 # -- connections ---------------------------------------------------------------------------------
 
 OPEN_FILES = 256  # the server's RLIMIT_NOFILE: more connections than this are opened below

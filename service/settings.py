@@ -29,10 +29,6 @@ def _comma_list(value: object) -> object:
 
 
 class Settings(BaseSettings):
-    """Serve the translation API. Every setting is an environment variable named as the flag in
-    upper case (--max-queue: MAX_QUEUE); a flag overrides its variable. API_KEYS is read from
-    the environment only."""
-
     model_config = SettingsConfigDict(
         case_sensitive=False,
         extra="ignore",
@@ -43,6 +39,7 @@ class Settings(BaseSettings):
         cli_implicit_flags=True,
         cli_hide_none_type=True,
         cli_avoid_json=True,
+        cli_show_env_vars=True,
     )
 
     model_dir: Path = Field(
@@ -181,7 +178,14 @@ def settings_from_args(args: Sequence[str] | None = None) -> Settings:
     default ``sys.argv[1:]``). ``--help`` prints the flags and exits 0; an unknown flag or an
     invalid value exits 2 with a message naming it, as argparse does."""
     args = sys.argv[1:] if args is None else list(args)
-    flags = CliSettingsSource(Settings, cli_parse_args=args, add_argument_method=_add_flag)
+    parser = ArgumentParser(
+        prog="translate-serve",
+        description="Serve the translation API. Every flag overrides the environment variable "
+        "named beside it; API_KEYS is read from the environment only.",
+    )
+    flags = CliSettingsSource(
+        Settings, cli_parse_args=args, root_parser=parser, add_argument_method=_add_flag
+    )
     try:
         return Settings(_cli_settings_source=flags(args=args))  # type: ignore[call-arg]
     except ValidationError as exc:

@@ -115,6 +115,7 @@ def test_help_prints_the_flags_and_starts_no_server() -> None:
     for flag in ("--host", "--port", "--model-dir", "--workers", "--max-queue",
                  "--shutdown-delay-s", "--max-connections", "--no-batching"):
         assert flag in done.stdout
+    assert "[env: PORT]" in done.stdout  # the variable each flag overrides
     assert "--api-keys" not in done.stdout  # secrets stay off command lines
     assert "Uvicorn running" not in done.stderr
 

@@ -141,6 +141,10 @@ def test_probes_and_security_match_the_service_and_the_image(overlay: list[Resou
     assert main["livenessProbe"]["httpGet"]["path"] == "/health"  # fails only when a restart helps
     port = main["ports"][0]
     assert port["containerPort"] == int(environment(deployment)["PORT"])
+    scraped = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert (scraped["prometheus.io/port"], scraped["prometheus.io/path"]) == (
+        str(port["containerPort"]), "/metrics")
+    assert "replicas" not in deployment["spec"]  # the autoscaler's to set
     assert {main[probe]["httpGet"]["port"] for probe in
             ("startupProbe", "readinessProbe", "livenessProbe")} == {port["name"]}
     startup = main["startupProbe"]

@@ -3,6 +3,7 @@
 #   docker build -t nmt-service .
 #   docker run --rm -p 8000:8000 nmt-service            # every setting: -e NAME=value
 #   docker run --rm nmt-service --help                  # or a flag: ... nmt-service --port 9000
+#   docker run --stop-timeout 40 ...                    # room for the stop sequence (docs/deploy.md)
 #
 # An image cannot set its open-file limit: the service raises its soft limit to the hard one
 # the runtime gives (docker run --ulimit nofile=65536:65536, compose's ulimits) and lowers

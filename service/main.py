@@ -37,6 +37,9 @@ log = logging.getLogger("service")
 
 EngineFactory = Callable[[Path, Settings], Engine]
 WARMUP_SENTENCE = "Hello world."
+# The drain answers every request in the scheduler within SHUTDOWN_GRACE_S; this long after,
+# uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
+SHUTDOWN_BACKSTOP_S = 2
 
 
 def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
@@ -224,9 +227,7 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         timeout_keep_alive=settings.keep_alive_s,
         header_timeout_s=settings.header_timeout_s,
         max_connections=fit_open_file_limit(settings.max_connections),
-        # A backstop: the drain answers every request in the scheduler within SHUTDOWN_GRACE_S;
-        # 2 s later uvicorn cancels what is left (CancelledRequestMiddleware answers it).
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
     return Server(config, app.state.service)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.main import SHUTDOWN_BACKSTOP_S
 from service.settings import Settings
 from tests.test_api import fake_app, serving
 
@@ -168,7 +169,7 @@ def test_the_kubelet_waits_for_the_whole_stop_sequence(overlay: list[Resource]) 
     env = environment(deployment)
     settings = Settings(shutdown_delay_s=env["SHUTDOWN_DELAY_S"],
                         shutdown_grace_s=env["SHUTDOWN_GRACE_S"])
-    stop_sequence = settings.shutdown_delay_s + settings.shutdown_grace_s
+    stop_sequence = settings.shutdown_delay_s + settings.shutdown_grace_s + SHUTDOWN_BACKSTOP_S
     grace_period = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert stop_sequence + 5 <= grace_period <= stop_sequence + 30
     # A preStop hook would run before SIGTERM and so add to the sequence unaccounted.

@@ -6,7 +6,7 @@
 #   docker run --stop-timeout 40 ...                    # room for the stop sequence (docs/deploy.md)
 #
 # An image cannot set its open-file limit: the service raises its soft limit to the hard one
-# the runtime gives (docker run --ulimit nofile=65536:65536, compose's ulimits) and lowers
+# the runtime gives (docker run --ulimit nofile=8192:8192, compose's ulimits) and lowers
 # MAX_CONNECTIONS to fit when that is too little.
 #
 # The builder stage makes a virtual environment holding only the runtime dependencies

@@ -121,7 +121,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         4096, ge=1, description="Most open client connections. At the cap a new connection "
         "closes the longest-idle one that has no request running, else gets 503. Lowered to fit "
-        "the open-file limit (RLIMIT_NOFILE, raised to its hard limit when needed)."
+        "the open-file limit (RLIMIT_NOFILE, whose soft limit is raised as far as the hard one "
+        "allows)."
     )
 
     max_chars: int = Field(10_000, ge=1, description="Most characters in one text (else 413).")

@@ -4,9 +4,10 @@ budget, the image's user, and the metric the autoscalers scale on, read from the
 
 Overlays are built by ``build`` below, which does the part of kustomize these manifests use
 (resources, components, patches, namespace) and refuses anything else; where kubectl is
-installed, ``kubectl kustomize`` must build the same objects. KEDA's ScaledObject is a custom
-resource with no schema in kubernetes-validate: its fields are checked against KEDA's documented
-ones, and the HorizontalPodAutoscaler KEDA would create from it against the Kubernetes schema.
+installed, ``kubectl kustomize`` must build the same objects. KEDA's ScaledObject and the
+Prometheus operator's PodMonitor are custom resources with no schema in kubernetes-validate: their
+fields are checked against the documented ones, and the HorizontalPodAutoscaler KEDA would create
+from the ScaledObject against the Kubernetes schema.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ def overlay(request: pytest.FixtureRequest) -> list[Resource]:
 # -- the manifests --------------------------------------------------------------------------------
 
 
-def test_there_are_cpu_and_gpu_overlays_and_both_autoscaler_components() -> None:
+def test_there_are_cpu_and_gpu_overlays_and_the_optional_components() -> None:
     assert [path.name for path in OVERLAYS] == ["cpu", "gpu"]
-    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda"}
+    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda", "podmonitor"}
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -189,6 +190,21 @@ def test_the_budget_and_the_service_select_the_deployments_pods(overlay: list[Re
     assert autoscaler["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     pdb = of_kind(overlay, "PodDisruptionBudget")["spec"]
     assert pdb["maxUnavailable"] < autoscaler["minReplicas"]  # a drain never empties the service
+
+
+def test_the_pod_monitor_scrapes_the_deployments_pods(overlay: list[Resource]) -> None:
+    deployment = of_kind(overlay, "Deployment")
+    (monitor,) = build(COMPONENTS["podmonitor"], [])
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    spec = monitor["spec"]
+    # The fields of the Prometheus operator's PodMonitor used here.
+    assert set(spec) == {"selector", "podMetricsEndpoints"}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+    assert endpoint["port"] in {port["name"] for port in container(deployment)["ports"]}
+    assert endpoint["path"] == "/metrics"
 
 
 def test_the_gpu_overlay_asks_for_a_gpu_and_the_cuda_image() -> None:

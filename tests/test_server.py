@@ -169,10 +169,14 @@ def test_the_port_flag_is_where_the_server_answers(tiny_bundle: Path) -> None:
 def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: Path) -> None:
     delay = 3
     with fake_server(tmp_path, "--shutdown-delay-s", str(delay), "--shutdown-grace-s", "10",
-                     step_s=0.05) as server, ThreadPoolExecutor(2) as pool:
-        long_text = words(100)  # 100 decoder steps: 5 s, past the delay
-        running = pool.submit(httpx.post, server.url + "/translate",
-                              json={"text": long_text}, timeout=30)
+                     step_s=0.08) as server, ThreadPoolExecutor(2) as pool:
+        long_text = words(100)  # two pieces of 63 and 37 words side by side: 5 s, past the delay
+
+        def post_and_time() -> tuple[httpx.Response, float]:
+            response = httpx.post(server.url + "/translate", json={"text": long_text}, timeout=30)
+            return response, time.monotonic()
+
+        running = pool.submit(post_and_time)
         time.sleep(0.3)  # the request is decoding
         signalled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
@@ -194,10 +198,12 @@ def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: 
             except httpx.ConnectError:
                 break
             time.sleep(0.05)
-        assert time.monotonic() - signalled >= delay
+        closed = time.monotonic()
+        assert closed - signalled >= delay
 
-        response = running.result()
-        assert response.status_code == 200  # accepted work finishes
+        response, answered = running.result()
+        assert answered > closed  # accepted work finishes after the listener has closed
+        assert response.status_code == 200
         assert response.json()["translations"][0]["text"] == long_text.upper()
         assert server.stop() in (0, -signal.SIGTERM)
         assert "Traceback" not in "".join(server.log)
@@ -205,9 +211,9 @@ def test_sigterm_turns_ready_503_serves_through_the_delay_then_drains(tmp_path: 
 
 def test_requests_running_when_the_grace_period_ends_get_503_json(tmp_path: Path) -> None:
     with fake_server(tmp_path, "--shutdown-delay-s", "0.2", "--shutdown-grace-s", "1",
-                     step_s=0.05) as server, ThreadPoolExecutor(1) as pool:
+                     step_s=0.08) as server, ThreadPoolExecutor(1) as pool:
         running = pool.submit(httpx.post, server.url + "/translate",
-                              json={"text": words(200)}, timeout=30)  # 10 s of decoding
+                              json={"text": words(100)}, timeout=30)  # 5 s of decoding
         time.sleep(0.3)
         signalled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
@@ -217,7 +223,7 @@ def test_requests_running_when_the_grace_period_ends_get_503_json(tmp_path: Path
         assert response.headers["content-type"] == "application/json"
         assert response.json()["error"]["code"] == "shutting_down"
         assert response.headers["retry-after"]
-        assert 1.1 < answered < 3  # delay + grace, not the 10 s the request needed
+        assert 1.1 < answered < 3  # delay + grace, not the 5 s the request needed
         assert server.stop() in (0, -signal.SIGTERM)
         assert server.process.returncode is not None
 

@@ -21,7 +21,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.errors import ApiError, error_body
-from service.metrics import ASGIApp, Message, Receive, Scope, Send
+from service.metrics import ASGIApp, Message, Metrics, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,18 @@ class GuardedConfig(uvicorn.Config):
     """uvicorn's configuration with the limits its HTTP protocol lacks."""
 
     def __init__(
-        self, app: Any, *, header_timeout_s: float, max_connections: int, **kwargs: Any
+        self,
+        app: Any,
+        *,
+        header_timeout_s: float,
+        max_connections: int,
+        metrics: Metrics,
+        **kwargs: Any,
     ) -> None:
         super().__init__(app, http=GuardedHttpProtocol, **kwargs)
         self.header_timeout_s = header_timeout_s
         self.max_connections = max_connections
+        self.metrics = metrics
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -57,13 +64,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(config, **kwargs)
         self.header_timeout_s = config.header_timeout_s
         self.max_connections = config.max_connections
+        self.metrics = config.metrics
         self.header_deadline: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.metrics.connections.inc()
         self.idle_since = self.loop.time()
         if len(self.connections) > self.max_connections and not self._make_room():
+            self.metrics.connections_closed.labels("refused").inc()
             self._answer_and_close(
                 503, "too_many_connections",
                 f"The server has {self.max_connections} busy connections (MAX_CONNECTIONS).",
@@ -73,6 +83,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.metrics.connections.dec()
         self._disarm_header_deadline()
         super().connection_lost(exc)
 
@@ -103,6 +114,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if not idle:
             return False
         min(idle, key=lambda c: c.idle_since).transport.close()
+        self.metrics.connections_closed.labels("evicted").inc()
         return True
 
     def _arm_header_deadline(self) -> None:
@@ -115,6 +127,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _headers_late(self) -> None:
         self.header_deadline = None
+        if self.transport.is_closing():
+            return
+        self.metrics.connections_closed.labels("header_timeout").inc()
         self._answer_and_close(
             408, "header_timeout",
             f"The request headers did not arrive within {self.header_timeout_s:g} s "

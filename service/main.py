@@ -227,6 +227,7 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         timeout_keep_alive=settings.keep_alive_s,
         header_timeout_s=settings.header_timeout_s,
         max_connections=fit_open_file_limit(settings.max_connections),
+        metrics=app.state.service.metrics,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
     return Server(config, app.state.service)

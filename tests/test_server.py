@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.settings import settings_from_args
 from tests.test_api import fake_models, free_port
@@ -98,6 +99,17 @@ def fake_server(tmp_path: Path, *flags: str, step_s: float = 0.01,
     finally:
         server.process.kill()
         server.process.wait(10)
+
+
+def served_samples(server: ServerProcess, name: str) -> dict[str, float]:
+    """The samples of one metric the server's /metrics serves, by their one label's value."""
+    text = httpx.get(server.url + "/metrics").text
+    return {
+        next(iter(sample.labels.values()), ""): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
 
 
 def words(n: int) -> str:
@@ -336,6 +348,8 @@ def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_503(tmp_path: Pat
             sock.close()
         time.sleep(0.2)
         assert httpx.get(server.url + "/health").status_code == 200  # room again
+        closed = served_samples(server, "translate_http_connections_closed_total")
+        assert closed == {"refused": 1, "evicted": 0, "header_timeout": 0}
 
 
 def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
@@ -374,3 +388,6 @@ def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
         sock.close()
     assert guarded_server.process.poll() is None
     assert "Too many open files" not in "".join(guarded_server.log)
+    closed = served_samples(guarded_server, "translate_http_connections_closed_total")
+    assert closed["evicted"] > 0 and closed["header_timeout"] > 0
+    assert served_samples(guarded_server, "translate_http_connections") == {"": 1}  # this one

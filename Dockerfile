@@ -2,6 +2,12 @@
 #
 #   docker build -t nmt-service .
 #   docker run --rm -p 8000:8000 nmt-service            # every setting: -e NAME=value
+#   docker run --rm nmt-service --help                  # or a flag: ... nmt-service --port 9000
+#   docker run --stop-timeout 40 ...                    # room for the stop sequence (docs/deploy.md)
+#
+# An image cannot set its open-file limit: the service raises its soft limit to the hard one
+# the runtime gives (docker run --ulimit nofile=8192:8192, compose's ulimits) and lowers
+# MAX_CONNECTIONS to fit when that is too little.
 #
 # The builder stage makes a virtual environment holding only the runtime dependencies
 # ([project.dependencies] of pyproject.toml: no torch) and a wheel of this project; the runtime

@@ -57,20 +57,31 @@ class ServiceState:
     engines: dict[Pair, Engine] = field(default_factory=dict)
     scheduler: Scheduler | None = None
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
+    drained: asyncio.Task[bool] | None = None
 
     def begin_shutdown(self) -> None:
-        """From the stop signal on, new requests get 503 and the grace period runs."""
+        """At the stop signal: /ready turns 503 so that load balancers stop sending; requests
+        are still served until ``start_draining``."""
         if self.shutdown_started is None:
             self.shutdown_started = time.monotonic()
+
+    def delay_left(self) -> float:
+        """What is left of SHUTDOWN_DELAY_S, counted from the stop signal."""
+        if self.shutdown_started is None:
+            return self.settings.shutdown_delay_s
+        elapsed = time.monotonic() - self.shutdown_started
+        return max(0.0, self.settings.shutdown_delay_s - elapsed)
+
+    def start_draining(self) -> asyncio.Task[bool] | None:
+        """From now on new requests get 503; accepted ones have SHUTDOWN_GRACE_S to finish, and
+        those still running then get 503. Once; the task says whether all finished."""
+        self.begin_shutdown()
         if self.phase != "failed":
             self.phase = "draining"
-
-    def grace_left(self) -> float:
-        """What is left of SHUTDOWN_GRACE_S, counted from the stop signal."""
-        grace = self.settings.shutdown_grace_s
-        if self.shutdown_started is None:
-            return grace
-        return max(0.0, grace - (time.monotonic() - self.shutdown_started))
+        if self.drained is None and self.scheduler is not None:
+            drain = self.scheduler.drain(self.settings.shutdown_grace_s)
+            self.drained = asyncio.ensure_future(drain)
+        return self.drained
 
 
 def pair_label(pair: Pair) -> str:
@@ -125,7 +136,11 @@ async def health(state: State) -> StatusResponse:
 
 @router.get("/ready", response_model=StatusResponse, responses=_errors(503))
 async def ready(state: State) -> StatusResponse:
-    """Readiness: 200 once every bundle is loaded and warmed up, until shutdown begins."""
+    """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal."""
+    if state.shutdown_started is not None:
+        raise ApiError(
+            503, "shutting_down", "The service is shutting down.", headers={"Retry-After": "5"}
+        )
     _require_ready(state)
     return StatusResponse(status="ready")
 

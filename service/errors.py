@@ -6,6 +6,8 @@ Clients branch on ``code`` (stable, snake_case) and show ``message`` (human, may
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -16,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.metrics import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -141,3 +145,36 @@ def install_error_handlers(app: FastAPI) -> None:
         # Reached only by bugs or engine failures, never by bad input: those are ApiErrors.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(ApiError(500, "internal_error", "Internal server error."))
+
+
+class CancelledRequestMiddleware:
+    """A request cancelled before it answered gets 503 ``shutting_down`` in the one error shape.
+
+    uvicorn cancels the requests still running when its shutdown timeout ends (a backstop past
+    SHUTDOWN_GRACE_S, for what the scheduler's drain does not answer, such as a body still
+    arriving), and would answer them with a bare text/plain 500.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        answered = False
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except asyncio.CancelledError:
+            if not answered:
+                error = ApiError(503, "shutting_down", "The service is shutting down.",
+                                 headers={"Retry-After": "5", "Connection": "close"})
+                with contextlib.suppress(Exception):  # the client may be gone too
+                    await error_response(error)(scope, receive, send)
+            raise

@@ -3,7 +3,7 @@
 Loading happens in the background: the server answers ``/health`` at once and ``/ready`` turns
 200 once every bundle is loaded and has translated a warm-up sentence through the scheduler,
 the same path requests take. Shutdown drains: the scheduler stops admitting, accepted sentences
-finish (up to SHUTDOWN_GRACE_S), then the thread stops.
+finish (up to SHUTDOWN_GRACE_S), then the thread stops; ``Server`` puts the shutdown delay before.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 import logging
 import logging.config
 import math
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import FrameType
@@ -25,16 +26,20 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import Pair, ServiceState, pair_label, router
 from service.bundle import MANIFEST, discover_bundles
+from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
 from service.decoding import DecodeOptions, Engine
-from service.errors import install_error_handlers
+from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.scheduler import Scheduler
-from service.settings import Settings
+from service.settings import Settings, settings_from_args
 
 log = logging.getLogger("service")
 
 EngineFactory = Callable[[Path, Settings], Engine]
 WARMUP_SENTENCE = "Hello world."
+# The drain answers every request in the scheduler within SHUTDOWN_GRACE_S; this long after,
+# uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
+SHUTDOWN_BACKSTOP_S = 2
 
 
 def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
@@ -97,7 +102,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         state.error = f"{type(exc).__name__}: {exc}"
         state.phase = "failed"
         return
-    if state.phase == "loading":  # not if shutdown began meanwhile
+    if state.phase == "loading" and state.shutdown_started is None:  # not once stopping
         state.phase = "ready"
         log.info("ready: %s", ", ".join(pair_label(pair) for pair in state.engines))
 
@@ -119,12 +124,9 @@ def create_app(
                 # The load runs in a thread that cannot be interrupted; wait for it so the
                 # scheduler it may start gets drained too.
                 await loading
-            if state.scheduler is not None:
-                # uvicorn has already spent part of the grace period waiting for open
-                # requests: the whole shutdown stays within SHUTDOWN_GRACE_S, not twice it.
-                drained = await state.scheduler.drain(state.grace_left())
-                if not drained:
-                    log.warning("shutdown grace period over; unfinished requests were failed")
+            draining = state.start_draining()  # begun already when served by ``Server``
+            if draining is not None and not await draining:
+                log.warning("shutdown grace period over; unfinished requests got 503")
 
     app = FastAPI(
         title="Translation service",
@@ -142,6 +144,8 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
+    app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     return app
 
@@ -187,9 +191,12 @@ def logging_config(settings: Settings) -> dict[str, Any]:
 
 
 class Server(uvicorn.Server):
-    """uvicorn that starts the service's shutdown at the stop signal, not after the open
-    connections close: requests arriving meanwhile get 503 and the grace period counts
-    from the signal."""
+    """uvicorn with the service's stop sequence. At the stop signal /ready turns 503 while
+    requests are still served, for SHUTDOWN_DELAY_S, so that load balancers notice and stop
+    sending; then admission stops, the listener closes and accepted requests have
+    SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
+    documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
+    exits at once, as with plain uvicorn."""
 
     def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
         super().__init__(config)
@@ -199,23 +206,44 @@ class Server(uvicorn.Server):
         self.service_state.begin_shutdown()
         super().handle_exit(sig, frame)
 
+    async def on_tick(self, counter: int) -> bool:
+        if not await super().on_tick(counter):
+            return False
+        self.service_state.begin_shutdown()  # also when asked to exit other than by a signal
+        return self.force_exit or self.service_state.delay_left() <= 0
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Draining runs beside uvicorn's wait for open connections, which it ends by
+        # answering every accepted request within the grace period.
+        self.service_state.start_draining()
+        await super().shutdown(sockets)
+
 
 def server_for(app: FastAPI, settings: Settings) -> Server:
-    config = uvicorn.Config(
+    config = GuardedConfig(
         app,
         host=settings.host,
         port=settings.port,
         log_config=logging_config(settings),
         log_level=settings.log_level,
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+        timeout_keep_alive=settings.keep_alive_s,
+        header_timeout_s=settings.header_timeout_s,
+        max_connections=fit_open_file_limit(settings.max_connections),
+        metrics=app.state.service.metrics,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
     return Server(config, app.state.service)
 
 
-def run() -> None:
-    """``translate-serve``: serve with uvicorn, configured from the environment."""
-    settings = Settings()
-    server_for(create_app(settings), settings).run()
+def serve(settings: Settings, engine_factory: EngineFactory = default_engine) -> None:
+    """Serve until a stop signal, then shut down as ``Server`` describes."""
+    server_for(create_app(settings, engine_factory=engine_factory), settings).run()
+
+
+def run(args: Sequence[str] | None = None) -> None:
+    """``translate-serve [--flag value ...]``: the environment's settings, overridden by the
+    flags (``--help`` lists them)."""
+    serve(settings_from_args(args))
 
 
 if __name__ == "__main__":

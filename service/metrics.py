@@ -17,6 +17,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+CLOSE_REASONS = ("header_timeout", "evicted", "refused")
 
 
 class Metrics:
@@ -73,6 +74,19 @@ class Metrics:
             ["pair", "outcome"],
             registry=r,
         )
+        self.connections = Gauge(
+            "translate_http_connections", "Open client connections.", registry=r
+        )
+        self.connections_closed = Counter(
+            "translate_http_connections_closed",
+            "Client connections the server closed unasked, by reason: header_timeout (no "
+            "complete headers in HEADER_TIMEOUT_S), evicted (idle, to make room at "
+            "MAX_CONNECTIONS), refused (at MAX_CONNECTIONS with every connection busy).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -2,16 +2,20 @@
 
 Names are the plain field names in upper case (``MODEL_DIR``, ``MAX_QUEUE``, ...), with no prefix,
 so a container's environment reads like the documentation. A ``.env`` file is not read: the
-environment is the only source, which keeps what runs equal to what ``env`` shows.
+environment is the only source, which keeps what runs equal to what ``env`` shows, except for
+``translate-serve``'s flags (``--max-queue``, ...), which override it (``settings_from_args``).
 """
 
 from __future__ import annotations
 
+import sys
+from argparse import Action, ArgumentParser
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, CliSettingsSource, NoDecode, SettingsConfigDict
 
 # The package sits beside models/ in a checkout and in the images, so the default needs no config.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -25,7 +29,18 @@ def _comma_list(value: object) -> object:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        case_sensitive=False,
+        extra="ignore",
+        frozen=True,
+        # How ``settings_from_args`` reads flags: --max-queue 64, --no-batching, --cors-origins a,b
+        cli_prog_name="translate-serve",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_hide_none_type=True,
+        cli_avoid_json=True,
+        cli_show_env_vars=True,
+    )
 
     model_dir: Path = Field(
         DEFAULT_MODEL_DIR,
@@ -80,9 +95,34 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         30.0, gt=0, description="Deadline of one request; past it the request gets 504."
     )
+    shutdown_delay_s: float = Field(
+        5.0, ge=0, description="After the stop signal, how long the service keeps serving "
+        "with /ready answering 503, so that load balancers stop sending to it before the "
+        "listener closes."
+    )
     shutdown_grace_s: float = Field(
-        30.0, ge=0, description="How long shutdown waits for accepted requests to finish, "
-        "counted from the stop signal; requests arriving meanwhile get 503."
+        30.0, ge=0, description="After SHUTDOWN_DELAY_S, how long accepted requests may take to "
+        "finish; those still running then get 503. Shutdown takes at most the sum of the two."
+    )
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A connection must send a request's complete headers within "
+        "this long of opening (or of its first byte, on a kept-alive connection), else 408 and "
+        "closed."
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="A request's body must arrive within this long of its headers, "
+        "else 408 and the connection closed."
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, description="An idle kept-alive connection is closed after this long; set it "
+        "above a pooling proxy's idle timeout."
+    )
+    max_connections: int = Field(
+        4096, ge=1, description="Most open client connections. At the cap a new connection "
+        "closes the longest-idle one that has no request running, else gets 503. Lowered to fit "
+        "the open-file limit (RLIMIT_NOFILE, whose soft limit is raised as far as the hard one "
+        "allows)."
     )
 
     max_chars: int = Field(10_000, ge=1, description="Most characters in one text (else 413).")
@@ -132,3 +172,39 @@ class Settings(BaseSettings):
         if self.default_beam > self.max_beam:
             raise ValueError("DEFAULT_BEAM must not exceed MAX_BEAM")
         return self
+
+
+def settings_from_args(args: Sequence[str] | None = None) -> Settings:
+    """The settings from the environment, overridden by ``translate-serve``'s flags (``args``,
+    default ``sys.argv[1:]``). ``--help`` prints the flags and exits 0; an unknown flag or an
+    invalid value exits 2 with a message naming it, as argparse does."""
+    args = sys.argv[1:] if args is None else list(args)
+    parser = ArgumentParser(
+        prog="translate-serve",
+        description="Serve the translation API. Every flag overrides the environment variable "
+        "named beside it; API_KEYS is read from the environment only.",
+    )
+    flags = CliSettingsSource(
+        Settings, cli_parse_args=args, root_parser=parser, add_argument_method=_add_flag
+    )
+    try:
+        return Settings(_cli_settings_source=flags(args=args))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{_setting_name(error['loc'])}: {error['msg']}" if error["loc"] else error["msg"]
+            for error in exc.errors()
+        )
+        print(f"translate-serve: error: {problems}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _add_flag(parser: ArgumentParser, *names: str, **options: Any) -> Action | None:
+    # API keys are no flag: a command line is visible to every user of the machine (ps).
+    if "--api-keys" in names:
+        return None
+    return parser.add_argument(*names, **options)
+
+
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    name = str(loc[0])
+    return f"--{name.replace('_', '-')} / {name.upper()}"

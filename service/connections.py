@@ -1,0 +1,212 @@
+"""Connection hygiene: deadlines for a request's headers and body, a cap on open connections,
+and an open-file limit that fits the cap.
+
+uvicorn closes idle kept-alive connections (``timeout_keep_alive``) but waits for request
+headers and bodies as long as a client cares to send them, and it accepts connections until the
+process runs out of file descriptors, after which nobody gets in. ``GuardedHttpProtocol`` adds
+the header deadline and the cap to uvicorn's own HTTP protocol; ``BodyDeadlineMiddleware`` bounds
+the body read, where the app reads it. No proxy is needed in front, so the service is safe
+however it is deployed; a proxy can still add per-client limits the service cannot see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.errors import ApiError, error_body
+from service.metrics import ASGIApp, Message, Metrics, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+# Descriptors the process needs besides client connections: the listener, the event loop's,
+# log streams, the model files while they load, onnxruntime's and Python's own. A running
+# server holds 18 (the default bundle loaded, two workers: ls /proc/PID/fd).
+RESERVED_FILES = 64
+
+
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's configuration with the limits its HTTP protocol lacks."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        header_timeout_s: float,
+        max_connections: int,
+        metrics: Metrics,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, http=GuardedHttpProtocol, **kwargs)
+        self.header_timeout_s = header_timeout_s
+        self.max_connections = max_connections
+        self.metrics = metrics
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header deadline and a cap on connections.
+
+    A connection that has not sent complete headers within ``header_timeout_s`` of opening (or
+    of the first byte of its next request) gets 408 and is closed: idle and byte-by-byte
+    slow clients cannot hold descriptors for long. At ``max_connections`` a new connection
+    closes the longest-idle one without a running request, or is refused with 503 when every
+    connection is busy; so the descriptors never run out, and a flood of idle connections cannot
+    lock out a client that sends its request.
+    """
+
+    def __init__(self, config: GuardedConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.header_timeout_s = config.header_timeout_s
+        self.max_connections = config.max_connections
+        self.metrics = config.metrics
+        self.header_deadline: asyncio.TimerHandle | None = None
+        self.idle_since = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.metrics.connections.inc()
+        self.idle_since = self.loop.time()
+        if len(self.connections) > self.max_connections and not self._make_room():
+            self.metrics.connections_closed.labels("refused").inc()
+            self._answer_and_close(
+                503, "too_many_connections",
+                f"The server has {self.max_connections} busy connections (MAX_CONNECTIONS).",
+                {"Retry-After": "1"},
+            )
+            return
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.metrics.connections.dec()
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self.header_deadline is None:  # the next request on a kept-alive connection
+            self._arm_header_deadline()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_deadline()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self.idle_since = self.loop.time()
+        super().on_response_complete()
+
+    @property
+    def idle(self) -> bool:
+        """No request running or queued: waiting for (the rest of) the next request's headers."""
+        return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+
+    def _make_room(self) -> bool:
+        """Close the longest-idle other connection, if the cap is really reached."""
+        open_ = [c for c in self.connections if c is not self and not c.transport.is_closing()]
+        if len(open_) < self.max_connections:
+            return True  # the excess are closing already
+        idle = [c for c in open_ if isinstance(c, GuardedHttpProtocol) and c.idle]
+        if not idle:
+            return False
+        min(idle, key=lambda c: c.idle_since).transport.close()
+        self.metrics.connections_closed.labels("evicted").inc()
+        return True
+
+    def _arm_header_deadline(self) -> None:
+        self.header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm_header_deadline(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def _headers_late(self) -> None:
+        self.header_deadline = None
+        if self.transport.is_closing():
+            return
+        self.metrics.connections_closed.labels("header_timeout").inc()
+        self._answer_and_close(
+            408, "header_timeout",
+            f"The request headers did not arrive within {self.header_timeout_s:g} s "
+            "(HEADER_TIMEOUT_S).",
+        )
+
+    def _answer_and_close(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        if self.transport.is_closing():
+            return
+        body = json.dumps(error_body(code, message), separators=(",", ":")).encode()
+        reason = {408: "Request Timeout", 503: "Service Unavailable"}[status]
+        lines = [f"HTTP/1.1 {status} {reason}", "content-type: application/json",
+                 f"content-length: {len(body)}", "connection: close"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        self.transport.write("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+        self.transport.close()
+
+
+class BodyDeadlineMiddleware:
+    """Fails a request whose body has not fully arrived ``timeout_s`` after its headers with
+    408 (raised from the app's own read, so the error handlers shape it); reads after the body,
+    such as waiting for the client to hang up, are not limited."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        body_read = False
+
+        async def receive_by_deadline() -> Message:
+            nonlocal body_read
+            if body_read:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise ApiError(
+                    408, "body_timeout",
+                    f"The request body did not arrive within {self.timeout_s:g} s "
+                    "(BODY_TIMEOUT_S).",
+                    headers={"Connection": "close"},
+                ) from None
+            body_read = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        await self.app(scope, receive_by_deadline, send)
+
+
+def fit_open_file_limit(max_connections: int) -> int:
+    """Raise the soft open-file limit towards the hard one until ``max_connections`` fit beside
+    the descriptors the process needs; return the connections that fit (``max_connections``,
+    or fewer when the hard limit is lower)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + RESERVED_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if raised > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return max_connections
+    fitting = soft - RESERVED_FILES
+    if fitting < 1:
+        raise RuntimeError(
+            f"the open-file limit ({soft}) leaves no room for connections; raise it "
+            f"(docker run --ulimit nofile=...) above {RESERVED_FILES}"
+        )
+    log.warning(
+        "MAX_CONNECTIONS %d lowered to %d to fit the open-file limit %d (hard limit %d)",
+        max_connections, fitting, soft, hard,
+    )
+    return fitting

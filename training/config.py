@@ -22,10 +22,13 @@ EOS_ID = 3
 @dataclass
 class SourceFile:
     """One parallel-text source: a TSV file (``src<TAB>tgt``) or a Moses prefix (``x`` for
-    ``x.en`` + ``x.de``); plain, ``.gz`` or ``.xz``. ``weight`` up- or down-samples it."""
+    ``x.en`` + ``x.de``); plain, ``.gz`` or ``.xz``. ``weight`` up- or down-samples it in
+    train; ``heldout_share`` is its share of dev and test relative to the other sources (2.0:
+    twice as many pairs as a source at 1.0; 0: none)."""
 
     path: str
     weight: float = 1.0
+    heldout_share: float = 1.0
 
 
 @dataclass
@@ -60,6 +63,10 @@ class DataConfig:
     # drawing new ones: for experiments that change the filters, whose own draw would move the
     # evaluation sets. Anything linked to them (by normalised source or target) stays out of train.
     heldout_from: str = ""
+    # Named groups of sources scored together by ``translate-train evaluate --by-source``:
+    # {"dialogue": ["games-dialogue", "cataclysm-dda"]}; a source is named by its file name
+    # without the .tsv/.gz/.xz suffixes.
+    domains: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

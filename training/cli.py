@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--hypotheses", default=None, help="write the translations to this file")
     p.add_argument("--by-source", action="store_true",
-                   help="also score each corpus file's share (the --config's data.sources)")
+                   help="also score each corpus file's share (the --config's data.sources) "
+                   "and each of its data.domains")
     p.set_defaults(run=_evaluate)
     return parser
 

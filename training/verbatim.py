@@ -22,16 +22,21 @@ _URL = re.compile(r"""(?:https?|ftp)://[^\s<>"'()\[\]{}]+|\bwww\.[^\s<>"'()\[\]{
                   re.IGNORECASE)
 _URL_TAIL = ".,;:!?"
 _NUMBER = re.compile(r"\d+")
-_WORD = re.compile(r"[^\W\d_]+")
+WORD = re.compile(r"[^\W\d_]+")  # letters only: "NFS-Client" holds "NFS" and "Client"
 
 KINDS = ("numbers", "names", "urls")
+
+
+def is_name(word: str) -> bool:
+    """A capitalised word of at least two letters (``word`` as ``WORD`` finds it)."""
+    return len(word) >= 2 and word[0].isupper()
 
 
 def verbatim_items(text: str) -> dict[str, Counter[str]]:
     """The URLs, numbers and capitalised words of ``text``, each kind as a multiset."""
     urls = [match.rstrip(_URL_TAIL) for match in _URL.findall(text)]
     rest = _URL.sub(" ", text)
-    names = [w for w in _WORD.findall(rest) if len(w) >= 2 and w[0].isupper()]
+    names = [w for w in WORD.findall(rest) if is_name(w)]
     return {"numbers": Counter(_NUMBER.findall(rest)), "names": Counter(names),
             "urls": Counter(urls)}
 

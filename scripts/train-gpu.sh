@@ -4,7 +4,7 @@
 # a checkpoint every 250 steps, the last five averaged), from data prepared on this machine, and
 # bring the averaged weights back. Three steps, each a subcommand; several run in order:
 #
-#   here:        scripts/train-gpu.sh carry
+#   here:        scripts/train-gpu.sh carry        (last before the GPU call: it clears gpu/)
 #       gpu/ (git-ignored): data/train.tsv.xz (runs/en-de/data/train.tsv, xz: ~10 MB instead of
 #       51), data/dev.tsv and vocab/spm.model; it prints the size, which must leave the rest
 #       of the checkout under the 64 MiB a device call carries.
@@ -43,7 +43,7 @@ cli=("$PYTHON" -m training.cli)
 carry() {
   [ -f "$DATA_DIR/train.tsv" ] || { echo "no $DATA_DIR/train.tsv: run translate-train prepare" >&2; exit 1; }
   [ -f "$VOCAB" ] || { echo "no $VOCAB: run translate-train vocab" >&2; exit 1; }
-  rm -rf "$CARRY/data" "$CARRY/vocab"
+  rm -rf "$CARRY/data" "$CARRY/vocab" "$CARRY/train" "$CARRY/result"
   mkdir -p "$CARRY/data" "$CARRY/vocab"
   xz -T0 -6 -c "$DATA_DIR/train.tsv" > "$CARRY/data/train.tsv.xz"
   cp "$DATA_DIR/dev.tsv" "$CARRY/data/dev.tsv"
@@ -63,14 +63,16 @@ train() {
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv
   rm -rf "$CARRY/train" "$RESULT"
   mkdir -p "$RESULT"
-  # No progress bar in the log (metrics.jsonl has the loss every log_every steps).
-  TQDM_DISABLE=1 PYTHONUNBUFFERED=1 "${cli[@]}" train --config "$CONFIG" \
+  PYTHONUNBUFFERED=1 "${cli[@]}" train --config "$CONFIG" \
     --set "data.out_dir=$CARRY/data" --set "vocab.model_prefix=$CARRY/vocab/spm" \
     --set "train.out_dir=$CARRY/train" "${tiny[@]}" "$@" 2>&1 | tee "$RESULT/train.log"
   local best="$CARRY/train/checkpoint_avg.pt"
   [ -f "$best" ] || best="$CARRY/train/checkpoint_last.pt"
   "${cli[@]}" pack "$best" "$RESULT"
   cp "$CARRY/train/metrics.jsonl" "$RESULT/"
+  # The token cache (66 MB for the tiny preset's 128 positions) and the checkpoints must not
+  # travel with the next call; checkpoints a GPU run leaves there go back with its machine.
+  rm -rf "$CARRY/data/cache"
   ls -l "$RESULT"
 }
 

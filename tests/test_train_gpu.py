@@ -78,6 +78,7 @@ def test_train_gpu_script_runs_end_to_end_tiny_on_cpu(overfit_vocab: Path, tmp_p
     # The carried data is compressed, and training read it so.
     assert (tmp_path / "gpu" / "data" / "train.tsv.xz").is_file()
     assert not (tmp_path / "gpu" / "data" / "train.tsv").exists()
+    assert not (tmp_path / "gpu" / "data" / "cache").exists()  # it must not travel next time
     result = sorted((tmp_path / "out" / "result").iterdir())
     assert len(result) <= LIMIT_FILES and all(f.stat().st_size <= LIMIT_BYTES for f in result)
     manifest = json.loads((tmp_path / "out" / "result" / MANIFEST).read_text())

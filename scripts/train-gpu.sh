@@ -10,7 +10,7 @@
 #       of the checkout under the 64 MiB a device call carries.
 #   GPU machine: the device tool's run, e.g. command "scripts/train-gpu.sh train",
 #       carry ["gpu"], timeout_s 600. It trains into gpu/train (checkpoints stay there) and
-#       writes $OUT/result: the averaged checkpoint's weights as fp16 shards of <= 15 MiB
+#       writes $OUT/result: the averaged checkpoint's weights as fp16 shards of < 16 MiB
 #       (training/shards.py), weights.json, metrics.jsonl and train.log, 7 files of at most 8
 #       that come back. MINUTES=7 shortens the box; arguments after -- go to `train`
 #       (e.g. scripts/train-gpu.sh train -- --set train.lr_scale=1.0).

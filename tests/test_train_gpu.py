@@ -91,3 +91,16 @@ def test_train_gpu_script_runs_end_to_end_tiny_on_cpu(overfit_vocab: Path, tmp_p
     assert back["vocab"] == str(overfit_vocab.resolve())
     for name, tensor in averaged["model"].items():
         assert torch.equal(back["model"][name], _fp16(tensor)), name
+
+
+def test_the_gpu_configs_model_fits_what_a_device_call_brings_back(tmp_path: Path):
+    from training.config import load_config
+
+    config = load_config(ROOT / "configs" / "en-de-gpu.toml")
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": init_model(config).state_dict(), "step": 0}, path)
+    files = pack_checkpoint(path, tmp_path / "result")
+    # Beside the shards and weights.json the result holds metrics.jsonl and train.log.
+    assert len(files) + 2 <= LIMIT_FILES
+    assert all(f.stat().st_size <= LIMIT_BYTES for f in files)
+    assert sum(f.stat().st_size for f in files) <= 62 * 2**20  # 2 MiB left for the logs

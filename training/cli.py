@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", help="run directory for --last (default: train.out_dir)")
     p.set_defaults(run=_average)
     p = commands.add_parser("pack", parents=[common],
-                            help="a checkpoint's weights as fp16 shards of <= 15 MiB")
+                            help="a checkpoint's weights as fp16 shards of < 16 MiB")
     p.add_argument("checkpoint")
     p.add_argument("out_dir")
     p.set_defaults(run=_pack)

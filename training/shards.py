@@ -2,10 +2,11 @@
 
 A GPU machine that trains for us returns at most a few files of limited size (8 of 16 MiB on
 the one this project borrows). ``pack_checkpoint`` writes a checkpoint's model parameters in
-fp16 (half of fp32's bytes; bf16 would keep three mantissa bits fewer) in shards under a byte
-limit, tensors larger than a shard cut by rows, with a manifest; ``unpack_checkpoint`` joins
-them into an fp32 checkpoint that ``export`` and ``train --init-from`` read. Optimiser state
-stays behind: it is twice the model's size, and a continued run starts a fresh optimiser.
+fp16 (half of fp32's bytes; bf16 would keep three mantissa bits fewer) in as few shards under
+a byte limit as it can, tensors larger than a shard cut by rows, with a manifest;
+``unpack_checkpoint`` joins them into an fp32 checkpoint that ``export`` and ``train
+--init-from`` read. Optimiser state stays behind: it is twice the model's size, and a
+continued run starts a fresh optimiser.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 import torch
 
 MANIFEST = "weights.json"
-SHARD_BYTES = 15 * 2**20  # under the 16 MiB a returned file may have, with room for the zip
+# Under the 16 MiB a returned file may have, with room for torch.save's zip records (~200 bytes
+# a tensor).
+SHARD_BYTES = 16 * 2**20 - 256 * 2**10
 _FP16_MAX = torch.finfo(torch.float16).max
 _KEPT_KEYS = ("model_config", "config", "step", "metrics", "averaged_from")
 
@@ -42,8 +45,7 @@ def pack_checkpoint(checkpoint: str | Path, out_dir: str | Path, *,
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    sizes = [0]
+    pieces: list[tuple[str, torch.Tensor]] = []
     parts: dict[str, list[str]] = {}
     for name, tensor in ckpt["model"].items():
         if tensor.is_floating_point():
@@ -51,15 +53,20 @@ def pack_checkpoint(checkpoint: str | Path, out_dir: str | Path, *,
             if peak > _FP16_MAX:
                 raise ValueError(f"{name}: |value| {peak:g} does not fit fp16")
             tensor = tensor.to(torch.float16)
-        parts[name] = []
-        for piece_name, piece in _pieces(name, tensor, shard_bytes):
-            size = piece.numel() * piece.element_size()
-            if sizes[-1] and sizes[-1] + size > shard_bytes:
-                shards.append({})
-                sizes.append(0)
-            shards[-1][piece_name] = piece.contiguous()
-            sizes[-1] += size
-            parts[name].append(piece_name)
+        cut = _pieces(name, tensor, shard_bytes)
+        parts[name] = [piece_name for piece_name, _ in cut]
+        pieces += cut
+    # First fit, largest first: as few shards as the sizes allow (the file count is limited).
+    shards: list[dict[str, torch.Tensor]] = []
+    sizes: list[int] = []
+    for piece_name, piece in sorted(pieces, key=lambda p: -p[1].numel() * p[1].element_size()):
+        size = piece.numel() * piece.element_size()
+        k = next((k for k, used in enumerate(sizes) if used + size <= shard_bytes), len(sizes))
+        if k == len(sizes):
+            shards.append({})
+            sizes.append(0)
+        shards[k][piece_name] = piece.contiguous()
+        sizes[k] += size
     paths = []
     for k, shard in enumerate(shards):
         path = out_dir / f"weights-{k}.pt"

@@ -36,7 +36,7 @@ def test_packed_weights_come_back_as_fp16_rounded_fp32(make_train_config, tmp_pa
     # A limit smaller than the embedding table makes it travel in row blocks.
     files = pack_checkpoint(path, tmp_path / "packed", shard_bytes=40_000)
     assert len(files) > 3 and files[-1].name == MANIFEST
-    assert all(f.stat().st_size < 40_000 + 10_000 for f in files[:-1])
+    assert all(f.stat().st_size <= 40_000 for f in files[:-1])
     vocab = tmp_path / "spm.model"
     vocab.write_bytes(b"x")
     out = unpack_checkpoint(tmp_path / "packed", tmp_path / "back.pt", vocab=vocab,

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 MANIFEST = "weights.json"
-# Under the 16 MiB a returned file may have, with room for torch.save's zip records (~200 bytes
-# a tensor).
-SHARD_BYTES = 16 * 2**20 - 256 * 2**10
+SHARD_BYTES = 16 * 2**20 - 2**16  # a file's size, under the 16 MiB a returned file may have
+# What torch.save adds: ~1.5 KB a file, ~230 bytes a tensor and up to 63 bytes of alignment
+# (measured with torch 2.x); counted generously so that a shard's file stays within the limit.
+_FILE_OVERHEAD, _TENSOR_OVERHEAD = 4096, 512
 _FP16_MAX = torch.finfo(torch.float16).max
 _KEPT_KEYS = ("model_config", "config", "step", "metrics", "averaged_from")
 
@@ -53,15 +54,16 @@ def pack_checkpoint(checkpoint: str | Path, out_dir: str | Path, *,
             if peak > _FP16_MAX:
                 raise ValueError(f"{name}: |value| {peak:g} does not fit fp16")
             tensor = tensor.to(torch.float16)
-        cut = _pieces(name, tensor, shard_bytes)
+        cut = _pieces(name, tensor, shard_bytes - _FILE_OVERHEAD - _TENSOR_OVERHEAD)
         parts[name] = [piece_name for piece_name, _ in cut]
         pieces += cut
     # First fit, largest first: as few shards as the sizes allow (the file count is limited).
     shards: list[dict[str, torch.Tensor]] = []
     sizes: list[int] = []
+    room = shard_bytes - _FILE_OVERHEAD
     for piece_name, piece in sorted(pieces, key=lambda p: -p[1].numel() * p[1].element_size()):
-        size = piece.numel() * piece.element_size()
-        k = next((k for k, used in enumerate(sizes) if used + size <= shard_bytes), len(sizes))
+        size = piece.numel() * piece.element_size() + _TENSOR_OVERHEAD
+        k = next((k for k, used in enumerate(sizes) if used + size <= room), len(sizes))
         if k == len(sizes):
             shards.append({})
             sizes.append(0)

@@ -71,22 +71,24 @@ def evaluate_bundle(
         "length_penalty": options.length_penalty,
         "max_length_ratio": options.max_length_ratio,
         "no_repeat_ngram_size": options.no_repeat_ngram_size,
-        **_scores(sources, hypotheses, references),
+        **score_rows(sources, hypotheses, references),
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(generated / seconds, 1) if seconds else None,
     }
     if by_source is not None:
-        groups = _group(usable, hypotheses, by_source)
-        result["by_source"] = {name: _scores(*rows) for name, rows in groups.items()}
-        result["by_domain"] = {name: _scores(*rows)
-                               for name, rows in _domains(groups, by_source.domains).items()}
+        groups = rows_by_source(usable, hypotheses, by_source)
+        result["by_source"] = {name: score_rows(*rows) for name, rows in groups.items()}
+        domains = rows_by_domain(groups, by_source.domains)
+        result["by_domain"] = {name: score_rows(*rows) for name, rows in domains.items()}
     return result
 
 
 Rows = tuple[list[str], list[str], list[str]]  # sources, hypotheses, references
 
 
-def _scores(sources: list[str], hypotheses: list[str], references: list[str]) -> dict[str, Any]:
+def score_rows(sources: list[str], hypotheses: list[str], references: list[str]
+               ) -> dict[str, Any]:
+    """BLEU, chrF and the numbers/names/URLs kept of one set of translations."""
     return {
         "sentences": len(hypotheses),
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
@@ -95,8 +97,8 @@ def _scores(sources: list[str], hypotheses: list[str], references: list[str]) ->
     }
 
 
-def _group(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConfig
-           ) -> dict[str, Rows]:
+def rows_by_source(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConfig
+                   ) -> dict[str, Rows]:
     """{source file: (sources, hypotheses, references)}: each pair's origin found by reading
     the corpus files again, cleaned as ``prepare`` cleaned them."""
     wanted = set(pairs)
@@ -116,7 +118,7 @@ def _group(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConf
     return dict(sorted(grouped.items()))
 
 
-def _domains(groups: dict[str, Rows], domains: dict[str, list[str]]) -> dict[str, Rows]:
+def rows_by_domain(groups: dict[str, Rows], domains: dict[str, list[str]]) -> dict[str, Rows]:
     """The rows of each domain's sources, merged in the order the domain names them. A domain
     naming no source file that the scored set has is an error: a typo would silently score
     nothing."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the English→German model on one CUDA GPU in a time box (configs/en-de-gpu.toml: the
-# base width with 6 encoder and 2 decoder layers, bf16 autocast, ~32k-token batches, 8 minutes,
+# base width with 6 encoder and 2 decoder layers, bf16 autocast, ~32k-token batches, 7.5 minutes,
 # a checkpoint every 250 steps, the last five averaged), from data prepared on this machine, and
 # bring the averaged weights back. Three steps, each a subcommand; several run in order:
 #
@@ -12,7 +12,7 @@
 #       carry ["gpu"], timeout_s 600. It trains into gpu/train (checkpoints stay there) and
 #       writes $OUT/result: the averaged checkpoint's weights as fp16 shards of < 16 MiB
 #       (training/shards.py), weights.json, metrics.jsonl and train.log, 7 files of at most 8
-#       that come back. MINUTES=7 shortens the box; arguments after -- go to `train`
+#       that come back. MINUTES=6 shortens the box; arguments after -- go to `train`
 #       (e.g. scripts/train-gpu.sh train -- --set train.lr_scale=1.0).
 #   here:        FETCH_FROM=DIR scripts/train-gpu.sh fetch
 #       DIR: where $OUT/result came back (the tool's files_at + /result). Writes

@@ -361,6 +361,30 @@ def test_heldout_sets_get_an_equal_share_of_each_source(tmp_path, seed):
     assert "equal share per source" in format_report(report)
 
 
+def test_heldout_shares_size_each_source_and_zero_gives_nothing(tmp_path):
+    paths = [_write_source(tmp_path, name, 200) for name in ("everyday", "ui", "games", "none")]
+    shares = [4.0, 1.0, 1.5, 0.0]
+    config = _config(tmp_path, *(SourceFile(p, heldout_share=s) for p, s in zip(paths, shares,
+                                                                              strict=True)),
+                     dev_size=65, test_size=65)
+    report = prepare_corpus(config, progress=False)
+    for split in ("dev", "test"):
+        # 65 pairs over 6.5 shares: 40, 10 and 15, to within one pair.
+        counts = [report["files"][path][split] for path in paths]
+        assert abs(counts[0] - 40) <= 1 and abs(counts[1] - 10) <= 1
+        assert abs(counts[2] - 15) <= 1 and counts[3] == 0
+        assert sum(counts) == 65
+    assert report["files"][paths[3]]["train"] == 200
+    _assert_leak_free(_splits(config))
+    assert "configured share per source" in format_report(report)
+
+
+def test_a_negative_heldout_share_is_refused(tmp_path):
+    path = _write_source(tmp_path, "ui", 10)
+    with pytest.raises(ValueError, match="heldout_share must be >= 0"):
+        prepare_corpus(_config(tmp_path, SourceFile(path, heldout_share=-1)), progress=False)
+
+
 def test_a_source_short_of_its_share_leaves_the_rest_to_the_others(tmp_path):
     paths = [_write_source(tmp_path, "big", 200), _write_source(tmp_path, "mid", 100),
              _write_source(tmp_path, "tiny", 4)]

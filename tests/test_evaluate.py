@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from service.decoding import Engine
 from training.cli import main
 from training.config import DataConfig, SourceFile
@@ -23,16 +25,42 @@ def test_scores_overall_and_by_source(tiny_bundle: Path, tmp_path: Path) -> None
     test.write_text((tmp_path / "learned.tsv").read_text() + (tmp_path / "other.tsv").read_text())
     sources = [SourceFile(str(tmp_path / "learned.tsv")), SourceFile(str(tmp_path / "other.tsv"))]
 
-    result = evaluate_bundle(tiny_bundle, test, threads=1, by_source=DataConfig(sources=sources),
+    data = DataConfig(sources=sources, domains={"both": ["other", "learned"],
+                                                "memorised": ["learned"]})
+    result = evaluate_bundle(tiny_bundle, test, threads=1, by_source=data,
                              hypotheses_out=tmp_path / "hyp.txt")
 
     assert result["sentences"] == 12
     assert 0 < result["bleu"] < 100
-    assert result["by_source"]["learned"] == {"sentences": 8, "bleu": 100.0, "chrf": 100.0}
+    learned = result["by_source"]["learned"]
+    assert (learned["sentences"], learned["bleu"], learned["chrf"]) == (8, 100.0, 100.0)
     assert result["by_source"]["other"]["sentences"] == 4
     assert result["by_source"]["other"]["bleu"] < 5
+    # A domain is its sources' rows scored together: the whole set, or one source again.
+    assert {k: result["by_domain"]["both"][k] for k in ("sentences", "bleu", "chrf")} == {
+        k: result[k] for k in ("sentences", "bleu", "chrf")}
+    assert result["by_domain"]["memorised"] == learned
     hypotheses = (tmp_path / "hyp.txt").read_text().splitlines()
     assert hypotheses[:8] == [t for _, t in pairs[:8]]
+
+
+def test_a_domain_naming_no_scored_source_is_an_error(tiny_bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "learned.tsv").write_text("".join(f"{s}\t{t}\n"
+                                                  for s, t in read_tsv(FIXTURE)[:3]))
+    data = DataConfig(sources=[SourceFile(str(tmp_path / "learned.tsv"))],
+                      domains={"dialogue": ["games-dialogue"]})
+    with pytest.raises(ValueError, match=r"data\.domains\.dialogue"):
+        evaluate_bundle(tiny_bundle, tmp_path / "learned.tsv", threads=1, by_source=data)
+
+
+def test_verbatim_retention_is_reported(tiny_bundle: Path, tmp_path: Path) -> None:
+    # The memorised pairs decode to their references, so every expected item is kept.
+    pairs = [p for p in read_tsv(FIXTURE) if any(ch.isdigit() or ch.isupper() for ch in p[0][1:])]
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in pairs[:8]))
+    result = evaluate_bundle(tiny_bundle, test, threads=1)
+    kept = [k for k in ("numbers", "names") if result["verbatim"][k]["expected"]]
+    assert kept and all(result["verbatim"][k]["rate"] == 100.0 for k in kept)
 
 
 def test_cli_passes_the_decoding_options(tiny_bundle: Path, tmp_path: Path, capsys) -> None:

@@ -292,3 +292,17 @@ def test_a_stop_signal_ends_training_with_a_checkpoint(make_train_config):
     last = load_checkpoint(Path(config.train.out_dir) / "checkpoint_last.pt")
     assert last["step"] == result["step"]
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_split_is_found_plain_or_compressed(tmp_path):
+    import lzma
+
+    from training.batching import split_file
+
+    with pytest.raises(FileNotFoundError, match=r"train\.tsv"):
+        split_file(tmp_path, "train")
+    with lzma.open(tmp_path / "train.tsv.xz", "wt", encoding="utf-8") as f:
+        f.write("Hello.\tHallo.\n")
+    assert split_file(tmp_path, "train") == tmp_path / "train.tsv.xz"
+    (tmp_path / "train.tsv").write_text("Hi.\tHi.\n", encoding="utf-8")
+    assert split_file(tmp_path, "train") == tmp_path / "train.tsv"  # the plain file wins

@@ -6,7 +6,7 @@ import sentencepiece as spm
 
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, VocabConfig
 from training.corpus import clean_text, read_pairs, read_tsv
-from training.vocab import load_vocab, train_vocab
+from training.vocab import load_vocab, train_vocab, vocab_coverage
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SIZE = 400  # byte fallback and specials take 260 ids, the fixture's characters about 60 more
@@ -99,3 +99,37 @@ def test_load_vocab_rejects_other_special_ids(train_tsv, tmp_path):
 def test_load_vocab_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_vocab(tmp_path / "missing.model")
+
+
+def test_required_chars_and_user_defined_symbols_become_pieces(train_tsv, tmp_path):
+    # Neither "€" nor "%d" is in the fixture: without the options "€" is three byte pieces.
+    plain = load_vocab(train_vocab(train_tsv, VocabConfig(size=SIZE,
+                                                          model_prefix=str(tmp_path / "plain"))))
+    euro = [i for i in plain.encode("€") if plain.id_to_piece(i) != "▁"]
+    assert [plain.is_byte(i) for i in euro] == [True] * 3
+    assert "%d" not in plain.encode("Seite %d", out_type=str)
+    config = VocabConfig(size=SIZE, model_prefix=str(tmp_path / "opts"), required_chars="€",
+                         user_defined_symbols=["%d"])
+    sp = load_vocab(train_vocab(train_tsv, config))
+    assert "€" in [sp.id_to_piece(i).lstrip("▁") for i in sp.encode("€")]
+    assert "%d" in sp.encode("Seite %d", out_type=str)
+    text = "Die Seite %d kostet 30 €."
+    assert sp.decode(sp.encode(text)) == text
+
+
+def test_vocab_coverage_counts_byte_fallback_digits_and_name_pieces(model_path):
+    sp = load_vocab(model_path)
+    # Only digits seen in the fixture ("30", "40"), so none of them needs byte fallback.
+    report = vocab_coverage(sp, ["Berlin 3040 東京", "der Zug"])
+    assert report["characters"] == len("Berlin 3040 東京") + len("der Zug")
+    # 東京: two characters, neither in the fixture, so both spelled as bytes.
+    assert report["byte_fallback_commonest"] == "東京"
+    assert report["byte_fallback_chars_per_10k"] == round(1e4 * 2 / report["characters"], 2)
+    assert report["digits_as_digit_pieces"] == 1.0
+
+    def pieces(word: str) -> int:
+        return len([p for p in sp.encode(word, out_type=str) if p != "▁"])
+
+    assert report["pieces_per_name"] == round((pieces("Berlin") + pieces("Zug")) / 2, 3)
+    # "東京" is a word too (letters without case): six byte pieces.
+    assert report["pieces_per_word"] == round((pieces("der") + pieces("東京")) / 2, 3)

@@ -67,10 +67,23 @@ class TokenizedSplit:
                 self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]])
 
 
+def split_file(data_dir: str | Path, name: str) -> Path:
+    """A prepared split ``{name}.tsv`` in ``data_dir``, or its compressed copy
+    (``{name}.tsv.xz`` or ``.gz``, e.g. one carried to a GPU machine) where that is all there is."""
+    for suffix in ("", ".xz", ".gz"):
+        path = Path(data_dir) / f"{name}.tsv{suffix}"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{Path(data_dir) / name}.tsv (or .tsv.xz, .tsv.gz) not found: "
+                            "run `translate-train prepare` first")
+
+
 def _iter_tsv(path: Path) -> Iterator[tuple[str, str]]:
-    """Stream a prepared split (the format ``training.corpus.read_tsv`` reads, without holding
-    it all in memory)."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+    """Stream a prepared split, plain or compressed (the format ``training.corpus.read_tsv``
+    reads, without holding it all in memory)."""
+    from training.corpus import _open_text
+
+    with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) != 2:
@@ -132,7 +145,8 @@ def _cache_path(tsv: Path, vocab: Path, max_positions: int) -> Path:
     key = hashlib.sha1()
     key.update(vocab.read_bytes())
     key.update(f"{CACHE_VERSION}/{max_positions}/{stat.st_size}/{stat.st_mtime_ns}".encode())
-    return tsv.parent / "cache" / f"{tsv.stem}.{key.hexdigest()[:16]}.npz"
+    stem = tsv.name.split(".")[0]  # train.tsv and train.tsv.xz share one cache name
+    return tsv.parent / "cache" / f"{stem}.{key.hexdigest()[:16]}.npz"
 
 
 def load_split(tsv: str | Path, vocab: str | Path, max_positions: int, *, cache: bool = True,

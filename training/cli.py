@@ -2,11 +2,13 @@
 
     translate-train prepare  --config configs/en-de.toml
     translate-train vocab    --config configs/en-de.toml
+    translate-train vocab-coverage TEST.tsv MODEL.model [MODEL.model ...]
     translate-train train    --config configs/en-de.toml [--resume] [--set train.max_steps=1000]
     torchrun --nproc_per_node 4 -m training.cli train --config configs/en-de.toml
     translate-train recover  BUNDLE OUT.pt   (a bundle's weights back as a checkpoint)
     translate-train train    --config configs/en-de.toml --init-from OUT.pt
     translate-train average  OUT.pt CKPT.pt CKPT.pt ...   |   average OUT.pt --last 5 [--dir D]
+    translate-train pack     CHECKPOINT OUT_DIR   |   unpack IN_DIR OUT.pt  (fp16 shards)
     translate-train export   CHECKPOINT OUT_DIR [--int8 [--default-variant int8]] [--no-parity]
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
 
@@ -38,6 +40,20 @@ def _vocab(args: argparse.Namespace, config: Config) -> None:
     print(train_vocab(Path(config.data.out_dir) / "train.tsv", config.vocab))
 
 
+def _vocab_coverage(args: argparse.Namespace, config: Config) -> None:
+    from training.corpus import read_tsv
+    from training.vocab import load_vocab, vocab_coverage
+
+    pairs = read_tsv(args.tsv)
+    report = {}
+    for model in args.models:
+        sp = load_vocab(model)
+        report[model] = {side: vocab_coverage(sp, [pair[i] for pair in pairs])
+                         for i, side in enumerate((config.data.source_lang,
+                                                   config.data.target_lang))}
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+
+
 def _train(args: argparse.Namespace, config: Config) -> None:
     from training.train import train
 
@@ -62,6 +78,21 @@ def _average(args: argparse.Namespace, config: Config) -> None:
     if not paths:
         raise SystemExit("average: name checkpoints, or --last N [--dir D]")
     print(average_checkpoints(paths, args.out))
+
+
+def _pack(args: argparse.Namespace, config: Config) -> None:
+    from training.shards import pack_checkpoint
+
+    for path in pack_checkpoint(args.checkpoint, args.out_dir):
+        print(f"{path}\t{path.stat().st_size}")
+
+
+def _unpack(args: argparse.Namespace, config: Config) -> None:
+    from training.shards import unpack_checkpoint
+
+    vocab = args.vocab or f"{config.vocab.model_prefix}.model"
+    print(unpack_checkpoint(args.in_dir, args.out, vocab=vocab,
+                            data_dir=args.data_dir or config.data.out_dir))
 
 
 def _export(args: argparse.Namespace, config: Config) -> None:
@@ -120,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("vocab", parents=[common],
                             help="train the SentencePiece vocabulary on train.tsv (vocab.*)")
     p.set_defaults(run=_vocab)
+    p = commands.add_parser("vocab-coverage", parents=[common],
+                            help="how SentencePiece models cover a TSV's numbers, names and "
+                            "characters")
+    p.add_argument("tsv", help="a prepared split, e.g. runs/en-de/data/test.tsv")
+    p.add_argument("models", nargs="+", help="SentencePiece models (.model) to compare")
+    p.set_defaults(run=_vocab_coverage)
     p = commands.add_parser("train", parents=[common], help="train the model (model.*, train.*)")
     p.add_argument("--resume", action="store_true",
                    help="continue exactly from {train.out_dir}/checkpoint_last.pt")
@@ -139,6 +176,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also average the last N checkpoint_{step}.pt of --dir")
     p.add_argument("--dir", help="run directory for --last (default: train.out_dir)")
     p.set_defaults(run=_average)
+    p = commands.add_parser("pack", parents=[common],
+                            help="a checkpoint's weights as fp16 shards of < 16 MiB")
+    p.add_argument("checkpoint")
+    p.add_argument("out_dir")
+    p.set_defaults(run=_pack)
+    p = commands.add_parser("unpack", parents=[common],
+                            help="join packed shards into a checkpoint (export, --init-from)")
+    p.add_argument("in_dir", help="the folder holding weights.json and its shards")
+    p.add_argument("out", help="the checkpoint to write")
+    p.add_argument("--vocab", help="the SentencePiece model the weights were trained with "
+                   "(default: the --config's vocab.model_prefix + .model)")
+    p.add_argument("--data-dir", help="the prepared data the checkpoint names (default: the "
+                   "--config's data.out_dir)")
+    p.set_defaults(run=_unpack)
     p = commands.add_parser("export", parents=[common], help="export a checkpoint to a bundle")
     p.add_argument("checkpoint")
     p.add_argument("out_dir")
@@ -190,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-lang", default=None,
                    help="the target language, for a multilingual bundle")
     p.add_argument("--by-source", action="store_true",
-                   help="also score each corpus file's share (the --config's data.sources)")
+                   help="also score each corpus file's share (the --config's data.sources) "
+                   "and each of its data.domains")
     p.set_defaults(run=_evaluate)
     return parser
 

@@ -25,10 +25,13 @@ POSITION_LAYOUTS = ("interleaved", "halves", "tensor2tensor")
 @dataclass
 class SourceFile:
     """One parallel-text source: a TSV file (``src<TAB>tgt``) or a Moses prefix (``x`` for
-    ``x.en`` + ``x.de``); plain, ``.gz`` or ``.xz``. ``weight`` up- or down-samples it."""
+    ``x.en`` + ``x.de``); plain, ``.gz`` or ``.xz``. ``weight`` up- or down-samples it in
+    train; ``heldout_share`` is its share of dev and test relative to the other sources (2.0:
+    twice as many pairs as a source at 1.0; 0: none)."""
 
     path: str
     weight: float = 1.0
+    heldout_share: float = 1.0
 
 
 @dataclass
@@ -63,6 +66,10 @@ class DataConfig:
     # drawing new ones: for experiments that change the filters, whose own draw would move the
     # evaluation sets. Anything linked to them (by normalised source or target) stays out of train.
     heldout_from: str = ""
+    # Named groups of sources scored together by ``translate-train evaluate --by-source``:
+    # {"dialogue": ["games-dialogue", "cataclysm-dda"]}; a source is named by its file name
+    # without the .tsv/.gz/.xz suffixes.
+    domains: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,6 +79,12 @@ class VocabConfig:
     character_coverage: float = 1.0
     input_sentence_size: int = 2_000_000  # SentencePiece samples this many sentences at most
     model_prefix: str = "runs/vocab/spm"
+    split_digits: bool = True  # one piece per digit: numbers are copied digit by digit
+    # Characters that get their own piece whatever character_coverage leaves out (else they go
+    # to byte fallback, 2-4 pieces each): e.g. "€é°" for prices, names and measures.
+    required_chars: str = ""
+    # Strings that are always one piece, never split or merged (e.g. placeholders "%s").
+    user_defined_symbols: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -220,12 +233,38 @@ def _parse_value(text: str) -> Any:
         return text  # a bare string such as a path
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: tables merge key by key, anything else (lists included,
+    so ``data.sources`` as a whole) is replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's tables, on top of its ``base = "other.toml"`` (relative to the file)
+    when it names one, so a variant states only what it changes."""
+    path = path.resolve()
+    if path in seen:
+        raise ValueError(f"config base loop: {' -> '.join(map(str, (*seen, path)))}")
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    return _merge(_read_toml(path.parent / base, (*seen, path)), raw)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a TOML config (``[model] preset = "small"`` picks a preset) and apply
-    ``section.field=value`` overrides (``train.max_steps=100``, ``model.preset=tiny``)."""
+    """Read a TOML config (``[model] preset = "small"`` picks a preset; a top-level
+    ``base = "file.toml"`` starts from that file) and apply ``section.field=value`` overrides
+    (``train.max_steps=100``, ``model.preset=tiny``)."""
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        raw = _read_toml(Path(path))
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:

@@ -180,20 +180,24 @@ def _stable_hash(text: str, seed: int) -> int:
     return int.from_bytes(digest.digest(), "big")
 
 
-def _draw_per_source(queues: list[deque[int]], sizes: list[int], wanted: int) -> list[int]:
+def _draw_per_source(queues: list[deque[int]], sizes: list[int], wanted: int,
+                     shares: list[float]) -> list[int]:
     """Draw whole components (indices into ``sizes``) until ``wanted`` pairs are drawn, always
-    from the source that has given the fewest pairs so far, each source's components in draw order.
+    from the source that has given the fewest pairs for its share so far, each source's
+    components in draw order.
 
-    So every source gets an equal share, to within one component, unless it runs out of eligible
-    components, and then the others make up the rest. Drawn components leave their queue.
+    So every source gets its share (``shares[s]`` relative to the others; 0 gives nothing), to
+    within one component, unless it runs out of eligible components, and then the others make
+    up the rest. Drawn components leave their queue.
     """
     drawn: list[int] = []
     total = 0
+    given: dict[int, int] = {}
     # Ties go to the lower source index: the order of config.sources, hence deterministic.
-    heap = [(0, s) for s, queue in enumerate(queues) if queue]
+    heap = [(0.0, s) for s, queue in enumerate(queues) if queue and shares[s] > 0]
     heapify(heap)
     while heap and total < wanted:
-        given, s = heappop(heap)
+        _, s = heappop(heap)
         queue = queues[s]
         room = wanted - total
         j = next((j for j, k in enumerate(queue) if sizes[k] <= room), None)
@@ -203,8 +207,9 @@ def _draw_per_source(queues: list[deque[int]], sizes: list[int], wanted: int) ->
         del queue[j]  # almost always j == 0, which a deque removes in O(1)
         drawn.append(k)
         total += sizes[k]
+        given[s] = given.get(s, 0) + sizes[k]
         if queue:
-            heappush(heap, (given + sizes[k], s))
+            heappush(heap, (given[s] / shares[s], s))
     return drawn
 
 
@@ -216,6 +221,7 @@ def _assign_splits(
     dev_size: int,
     test_size: int,
     per_source: bool,
+    shares: list[float] | None = None,
 ) -> tuple[list[int], list[int], list[int], dict[str, int]]:
     """Split pair indices into train, dev and test, whole components at a time.
 
@@ -223,7 +229,8 @@ def _assign_splits(
     of them comes from an excluded source (``excluded[origin[i]]``). With ``per_source``, each
     component belongs to the source file of its first pair (the first one read, in the order of
     ``config.sources``; a component can span files when they share a sentence) and each source
-    gets an equal share of test, then of dev; otherwise both are filled from one global order.
+    gets its share (``shares``, default equal) of test, then of dev; otherwise both are filled
+    from one global order.
     """
     components: dict[int, list[int]] = {}
     for i in range(len(uf.parent)):
@@ -242,8 +249,9 @@ def _assign_splits(
         for k, members in enumerate(ordered):
             if eligible[k]:
                 queues[origin[members[0]]].append(k)
-        test_ids = sorted(_draw_per_source(queues, sizes, test_size))
-        dev_ids = sorted(_draw_per_source(queues, sizes, dev_size))
+        shares = shares or [1.0] * len(queues)
+        test_ids = sorted(_draw_per_source(queues, sizes, test_size, shares))
+        dev_ids = sorted(_draw_per_source(queues, sizes, dev_size, shares))
     else:
         test_ids, dev_ids = [], []
         n_test = n_dev = 0
@@ -326,6 +334,9 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     for source in config.sources:
         if source.weight < 0:
             raise ValueError(f"{source.path}: weight must be >= 0, got {source.weight}")
+        if source.heldout_share < 0:
+            raise ValueError(f"{source.path}: heldout_share must be >= 0, got "
+                             f"{source.heldout_share}")
     started = time.monotonic()
     flt = config.filters
     out_dir = Path(config.out_dir)
@@ -410,7 +421,7 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
                     for source in config.sources]
         train, dev, test, component_stats = _assign_splits(
             uf, pair_hashes, origin, excluded, config.dev_size, config.test_size,
-            config.heldout_per_source,
+            config.heldout_per_source, [source.heldout_share for source in config.sources],
         )
         dev_pairs = [(sources[i], targets[i]) for i in dev]
         test_pairs = [(sources[i], targets[i]) for i in test]
@@ -532,7 +543,10 @@ def format_report(report: dict) -> str:
                      f"{comps['pairs_linked_to_reused_heldout']:,} pairs linked to them kept "
                      "out of train")
     elif config.get("heldout_per_source") is not None:
-        mode = "equal share per source" if config["heldout_per_source"] else "one global draw"
+        shares = {source.get("heldout_share", 1.0) for source in config.get("sources", [])}
+        mode = ("one global draw" if not config["heldout_per_source"]
+                else "equal share per source" if len(shares) <= 1
+                else "configured share per source (data.sources.heldout_share)")
         exclude = config.get("heldout_exclude") or []
         lines.append(f"held-out: {mode}" + (f", never from {', '.join(exclude)}" if exclude
                                             else ""))

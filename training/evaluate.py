@@ -1,5 +1,6 @@
 """BLEU and chrF of a bundle on a test file, decoded by the serving engine itself, so that
-training and serving are measured by the same code."""
+training and serving are measured by the same code; with them, how often the output keeps the
+source's numbers, names and URLs (``training.verbatim``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from service.decoding import Engine
 from service.normalize import clean_text
 from training.config import DataConfig
 from training.corpus import _iter_raw, _short_name, read_tsv
+from training.verbatim import verbatim_retention
 
 
 def evaluate_bundle(
@@ -35,9 +37,10 @@ def evaluate_bundle(
     """Translate the source side of ``test_tsv`` and score it against the target side.
     Sentences longer than the model's positions are skipped and counted, not cut. With
     ``by_source`` (the data config that prepared the file) it also scores each source file's
-    share of the pairs, to see which domains the model handles. Decoding options left None
-    are the bundle's recommendation, as in the service. ``target_lang`` picks the target
-    language of a multilingual bundle."""
+    share of the pairs (``by_source``) and each of the config's ``domains`` (``by_domain``), to
+    see which domains the model handles. Decoding options left None are the bundle's
+    recommendation, as in the service. ``target_lang`` picks the target language of a
+    multilingual bundle."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
     engine = Engine(
         bundle,
@@ -72,25 +75,35 @@ def evaluate_bundle(
         "length_penalty": options.length_penalty,
         "max_length_ratio": options.max_length_ratio,
         "no_repeat_ngram_size": options.no_repeat_ngram_size,
-        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
-        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
+        **score_rows(sources, hypotheses, references),
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(generated / seconds, 1) if seconds else None,
     }
     if by_source is not None:
-        result["by_source"] = {
-            name: {
-                "sentences": len(hyps),
-                "bleu": round(sacrebleu.corpus_bleu(hyps, refs).score, 2),
-                "chrf": round(sacrebleu.corpus_chrf(hyps, refs).score, 2),
-            }
-            for name, (hyps, refs) in _group(usable, hypotheses, by_source).items()
-        }
+        groups = rows_by_source(usable, hypotheses, by_source)
+        result["by_source"] = {name: score_rows(*rows) for name, rows in groups.items()}
+        domains = rows_by_domain(groups, by_source.domains)
+        result["by_domain"] = {name: score_rows(*rows) for name, rows in domains.items()}
     return result
 
 
-def _group(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConfig):
-    """{source file: ([hypotheses], ([references],))}: each pair's origin found by reading
+Rows = tuple[list[str], list[str], list[str]]  # sources, hypotheses, references
+
+
+def score_rows(sources: list[str], hypotheses: list[str], references: list[str]
+               ) -> dict[str, Any]:
+    """BLEU, chrF and the numbers/names/URLs kept of one set of translations."""
+    return {
+        "sentences": len(hypotheses),
+        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
+        "verbatim": verbatim_retention(sources, references, hypotheses),
+    }
+
+
+def rows_by_source(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConfig
+                   ) -> dict[str, Rows]:
+    """{source file: (sources, hypotheses, references)}: each pair's origin found by reading
     the corpus files again, cleaned as ``prepare`` cleaned them."""
     wanted = set(pairs)
     origin: dict[tuple[str, str], str] = {}
@@ -100,9 +113,25 @@ def _group(pairs: list[tuple[str, str]], hypotheses: list[str], config: DataConf
                 key = (clean_text(raw[0]), clean_text(raw[1]))
                 if key in wanted:
                     origin.setdefault(key, _short_name(source.path))
-    grouped: dict[str, tuple[list[str], list[str]]] = {}
+    grouped: dict[str, Rows] = {}
     for pair, hypothesis in zip(pairs, hypotheses, strict=True):
-        hyps, refs = grouped.setdefault(origin.get(pair, "unknown"), ([], []))
+        srcs, hyps, refs = grouped.setdefault(origin.get(pair, "unknown"), ([], [], []))
+        srcs.append(pair[0])
         hyps.append(hypothesis)
         refs.append(pair[1])
-    return {name: (hyps, [refs]) for name, (hyps, refs) in sorted(grouped.items())}
+    return dict(sorted(grouped.items()))
+
+
+def rows_by_domain(groups: dict[str, Rows], domains: dict[str, list[str]]) -> dict[str, Rows]:
+    """The rows of each domain's sources, merged in the order the domain names them. A domain
+    naming no source file that the scored set has is an error: a typo would silently score
+    nothing."""
+    merged: dict[str, Rows] = {}
+    for domain, names in domains.items():
+        present = [name for name in names if name in groups]
+        if not present:
+            raise ValueError(f"data.domains.{domain}: none of {names} is a source of the scored "
+                             f"set (its sources: {', '.join(groups)})")
+        merged[domain] = tuple(  # type: ignore[assignment]
+            [row for name in present for row in groups[name][part]] for part in range(3))
+    return merged

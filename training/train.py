@@ -37,7 +37,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from training.batching import BatchIterator, TokenizedSplit, collate, load_split, make_batches
+from training.batching import (
+    BatchIterator,
+    TokenizedSplit,
+    collate,
+    load_split,
+    make_batches,
+    split_file,
+)
 from training.config import BOS_ID, EOS_ID, PAD_ID, Config
 from training.model import Transformer
 
@@ -366,11 +373,11 @@ def _train(config: Config, resume: bool, init_from: str | Path | None,
     limit = config.model.max_positions
     if not master:
         dist.barrier()  # rank 0 writes the token caches first; the others then read them
-    train_split = load_split(data_dir / "train.tsv", vocab_path, limit)
-    dev_split = load_split(data_dir / "dev.tsv", vocab_path, limit)
+    train_split = load_split(split_file(data_dir, "train"), vocab_path, limit)
+    dev_split = load_split(split_file(data_dir, "dev"), vocab_path, limit)
     if master and world_size > 1:
         dist.barrier()
-    references = [tgt for _, tgt in read_tsv(data_dir / "dev.tsv")] if master else []
+    references = [tgt for _, tgt in read_tsv(split_file(data_dir, "dev"))] if master else []
     if master:
         logger.info("train: %d pairs (%d longer than %d positions dropped); dev: %d pairs",
                     len(train_split), train_split.dropped, limit, len(dev_split))

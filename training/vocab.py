@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, VocabConfig
+from training.verbatim import WORD, is_name
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,9 @@ def train_vocab(train_tsv: str | Path, config: VocabConfig) -> Path:
         remove_extra_whitespaces=True,
         # Numbers are copied rather than translated; one piece per digit stops the vocabulary
         # from spending thousands of entries on years, versions and verse numbers.
-        split_digits=True,
+        split_digits=config.split_digits,
+        required_chars=config.required_chars,
+        user_defined_symbols=config.user_defined_symbols,
         pad_id=PAD_ID,
         unk_id=UNK_ID,
         bos_id=BOS_ID,
@@ -98,3 +103,43 @@ def load_vocab(path: str | Path) -> spm.SentencePieceProcessor:
         raise ValueError(f"{path}: special token ids do not match training.config: "
                          f"{', '.join(wrong)}; retrain the vocabulary with train_vocab")
     return sp
+
+
+def vocab_coverage(sp: spm.SentencePieceProcessor, texts: Iterable[str]) -> dict[str, Any]:
+    """How a vocabulary covers what translations copy, over ``texts``:
+
+    - ``byte_fallback_chars``: characters encoded as raw bytes (2-4 pieces each, the model must
+      spell them byte by byte), per 10,000 characters, and the commonest of them;
+    - ``digits_as_digit_pieces``: the share of digits that are a piece of their own (a lone
+      digit, or one after the word-start mark), which is what ``split_digits`` promises;
+    - ``pieces_per_name`` / ``pieces_per_word``: mean pieces of capitalised words (as
+      ``training.verbatim`` finds names) and of the other words, each encoded alone.
+    """
+    chars = digits = digit_pieces = 0
+    fallback: Counter[str] = Counter()
+    name_pieces, word_pieces = [], []
+    for text in texts:
+        chars += len(text)
+        digits += sum(ch.isdigit() for ch in text)
+        run = bytearray()
+        for piece_id in [*sp.encode(text), None]:
+            if piece_id is not None and sp.is_byte(piece_id):
+                run.append(int(sp.id_to_piece(piece_id)[3:5], 16))
+                continue
+            if run:
+                fallback.update(run.decode("utf-8", errors="replace"))
+                run.clear()
+            if piece_id is not None:
+                piece = sp.id_to_piece(piece_id).removeprefix("▁")
+                digit_pieces += len(piece) == 1 and piece.isdigit()
+        for word in WORD.findall(text):
+            pieces = [p for p in sp.encode(word, out_type=str) if p != "▁"]
+            (name_pieces if is_name(word) else word_pieces).append(len(pieces))
+    return {
+        "characters": chars,
+        "byte_fallback_chars_per_10k": round(1e4 * sum(fallback.values()) / max(chars, 1), 2),
+        "byte_fallback_commonest": "".join(ch for ch, _ in fallback.most_common(20)),
+        "digits_as_digit_pieces": round(digit_pieces / digits, 4) if digits else None,
+        "pieces_per_name": round(sum(name_pieces) / len(name_pieces), 3) if name_pieces else None,
+        "pieces_per_word": round(sum(word_pieces) / len(word_pieces), 3) if word_pieces else None,
+    }

@@ -53,15 +53,23 @@ def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
     )
 
 
-def bundle_dirs(model_dir: Path) -> list[Path]:
-    """MODEL_DIR may be one bundle or a directory of bundles."""
+def bundle_dirs(model_dir: Path, names: Sequence[str] = ()) -> list[Path]:
+    """MODEL_DIR may be one bundle or a directory of bundles; ``names`` (MODELS) picks some of
+    the latter, and one that is not there is an error, not a silent omission."""
     if (model_dir / MANIFEST).is_file():
         return [model_dir]
-    return discover_bundles(model_dir)
+    found = discover_bundles(model_dir)
+    if not names:
+        return found
+    missing = sorted(set(names) - {path.name for path in found})
+    if missing:
+        raise RuntimeError(f"MODELS names {', '.join(missing)}, which {model_dir} does not hold "
+                           f"(it holds: {', '.join(p.name for p in found) or 'nothing'})")
+    return [path for path in found if path.name in names]
 
 
 def load_engines(settings: Settings, factory: EngineFactory) -> dict[Pair, Engine]:
-    directories = bundle_dirs(settings.model_dir)
+    directories = bundle_dirs(settings.model_dir, settings.models)
     if not directories:
         raise RuntimeError(f"no model bundles in {settings.model_dir} (set MODEL_DIR)")
     engines: dict[Pair, Engine] = {}

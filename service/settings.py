@@ -46,6 +46,12 @@ class Settings(BaseSettings):
         DEFAULT_MODEL_DIR,
         description="Directory of bundles (each a subdirectory with manifest.json), or one bundle.",
     )
+    models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Bundles of MODEL_DIR to load, by directory name, comma-separated (e.g. "
+        "'en-de,opus-mt-en-fr'); empty = every bundle there. Each loaded bundle holds its "
+        "sessions' memory once per worker.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where onnxruntime runs: cuda when available with 'auto'."
     )
@@ -160,7 +166,8 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 inside a container.")
     port: int = Field(8000, ge=0, le=65535, description="Bind port.")
 
-    _split_lists = field_validator("api_keys", "cors_origins", mode="before")(_comma_list)
+    _split_lists = field_validator("api_keys", "cors_origins", "models",
+                                   mode="before")(_comma_list)
 
     @field_validator("log_level", mode="before")
     @classmethod

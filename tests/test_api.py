@@ -342,6 +342,28 @@ def test_a_failed_load_fails_health(tmp_path: Path) -> None:
     run(main())
 
 
+def test_models_setting_picks_the_bundles_that_load(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, "en-de", "de-en", "en-fr", models="en-fr, de-en")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            pairs = (await client.get("/languages")).json()["pairs"]
+            assert [p["model"] for p in pairs] == ["de-en", "en-fr"]
+
+    run(main())
+    typo = fake_app(tmp_path / "typo", "en-de", models="en-fr")
+
+    async def failed() -> None:
+        async with serving(typo, wait=False) as client:
+            while typo.state.service.phase == "loading":
+                await asyncio.sleep(0.01)
+            response = await client.get("/health")
+            assert_error(response, 503, "load_failed")
+            assert "MODELS names en-fr" in response.json()["error"]["message"]
+
+    run(failed())
+
+
 def test_languages_and_pair_choice(tmp_path: Path) -> None:
     app = fake_app(tmp_path, "en-de", "de-en", "en-fr")
 

@@ -274,3 +274,32 @@ def test_a_pre_norm_opennmt_style_model_round_trips(marian_dir: Path, tmp_path: 
     got = [t.hypotheses[0].tokens for t in engine.translate(SOURCES[:16], beam_size=1,
                                                             max_length=20)]
     assert got == expected
+
+
+def test_the_service_serves_an_imported_multilingual_bundle_beside_others(
+        marian_bundle: Path, tiny_bundle: Path, tmp_path: Path) -> None:
+    import asyncio
+    import shutil
+
+    from service.main import create_app
+    from service.settings import Settings
+    from tests.test_api import serving
+
+    models = tmp_path / "models"
+    shutil.copytree(marian_bundle, models / "opus-mt-en-mul")
+    shutil.copytree(tiny_bundle, models / "en-de")
+
+    async def main() -> None:
+        async with serving(create_app(Settings(model_dir=models, workers=1))) as client:
+            pairs = (await client.get("/languages")).json()["pairs"]
+            assert [(p["source_lang"], p["target_lang"], p["model"]) for p in pairs] == [
+                ("en", "de", "en-de"), ("en", "deu", "opus-mt-en-mul"),
+                ("en", "ltz", "opus-mt-en-mul")]
+            response = await client.post("/translate", json={
+                "text": "Where is the train station? The cat is sleeping on the sofa.",
+                "target_lang": "deu", "beam_size": 1})
+            assert response.status_code == 200, response.text
+            assert response.json()["translations"][0]["text"] == (
+                "Wo ist der Bahnhof? Die Katze schläft auf dem Sofa.")
+
+    asyncio.run(main())

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 
 from service.main import Server, create_app, logging_config
 from service.settings import Settings
+from tests.faults import Faults, FaultyEngine
 from tests.test_scheduler import FakeEngine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
@@ -401,6 +402,115 @@ def test_queue_full_is_429_and_accepted_requests_are_answered(tmp_path: Path) ->
                     assert_error(response, 429, "queue_full")
                     assert int(response.headers["retry-after"]) >= 1
             assert app.state.service.scheduler.queue_depth == 0
+
+    run(main())
+
+
+def test_a_request_over_the_sentence_limit_is_413_before_any_work(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, max_request_sentences=4, max_queue=100)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            tokenised = set(engine_of(app).vocab)
+            five = "One. Two. Three. Four. Five."
+            response = await client.post("/translate", json={"text": ["Ok.", five]})
+            assert_error(response, 413, "too_many_sentences", "text")
+            assert "MAX_REQUEST_SENTENCES" in response.json()["error"]["message"]
+            assert set(engine_of(app).vocab) == tokenised  # refused before tokenising
+            # The same text twice counts once, as it is translated once.
+            four = "One. Two. Three. Four."
+            response = await client.post("/translate", json={"text": [four, four]})
+            assert response.status_code == 200, response.text
+            assert app.state.service.scheduler.queue_depth == 0
+
+    run(main())
+
+
+def test_rate_limits_per_api_key(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, api_keys="k1,k2", requests_per_minute=2, chars_per_minute=30)
+
+    async def main() -> None:
+        async with serving(app) as client:
+
+            def post(key: str, text: str):
+                headers = {"authorization": f"Bearer {key}"}
+                return client.post("/translate", json={"text": text}, headers=headers)
+
+            assert (await post("k1", "a b c")).status_code == 200
+            assert (await post("k1", "d e f")).status_code == 200
+            refused = await post("k1", "g h")
+            assert_error(refused, 429, "rate_limited")
+            assert "REQUESTS_PER_MINUTE" in refused.json()["error"]["message"]
+            assert 1 <= int(refused.headers["retry-after"]) <= 30  # one request refills in 30 s
+            # Another key has its own allowance, of characters too.
+            assert (await post("k2", "x" * 25)).status_code == 200
+            refused = await post("k2", "y" * 10)
+            assert_error(refused, 429, "rate_limited")
+            assert "CHARS_PER_MINUTE" in refused.json()["error"]["message"]
+            assert_error(await post("k2", "z" * 31), 413, "too_many_characters", "text")
+
+    run(main())
+
+
+def test_a_poison_sentence_fails_only_its_request(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        engine = FakeEngine(directory, step_s=0.003)
+        faults.poison = tuple(engine.tokenize("poison pill"))
+        return FaultyEngine(engine, faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            texts = [f"t{i} u{i} v{i}." for i in range(20)]
+            texts[7] = "Innocent one.\npoison pill"
+            headers = {"x-request-id": "bad-apple"}
+            responses = await asyncio.gather(*(
+                client.post("/translate", json={"text": t}, headers=headers if i == 7 else {})
+                for i, t in enumerate(texts)
+            ))
+            failed = responses[7]
+            assert_error(failed, 500, "translation_failed")
+            assert failed.headers["x-request-id"] == "bad-apple"
+            assert "bad-apple" in failed.json()["error"]["message"]
+            for i, response in enumerate(responses):
+                if i != 7:
+                    assert response.json()["translations"][0]["text"] == texts[i].upper()
+                    assert len(response.headers["x-request-id"]) == 32
+            metrics = (await client.get("/metrics")).text
+            assert 'translate_sentences_total{outcome="failed",pair="en-de"} 1.0' in metrics
+            assert (await client.get("/ready")).status_code == 200
+            assert (await client.get("/health")).status_code == 200
+
+    run(main())
+
+
+def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=0.001), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            faults.fail_steps = 10**6  # the replica breaks for good after warming up
+            statuses = set()
+            for i in range(30):
+                response = await client.post("/translate", json={"text": f"q{i}"})
+                statuses.add(response.status_code)
+                if (await client.get("/health")).status_code == 503:
+                    break
+            assert statuses <= {500, 503}, statuses  # answered, never hanging
+            assert_error(await client.get("/health"), 503, "unavailable")
+            assert (await client.get("/ready")).status_code == 503
+            response = await client.post("/translate", json={"text": "later"})
+            assert response.status_code == 503
 
     run(main())
 

@@ -289,7 +289,7 @@ def _take_rate(state: ServiceState, request: Request, chars: int) -> None:
     except OverCharLimit as exc:
         raise ApiError(
             413,
-            "too_many_characters",
+            "over_rate_limit",
             f"{exc.chars} characters; at most {exc.limit} per minute (CHARS_PER_MINUTE).",
             "text",
         ) from None
@@ -357,6 +357,15 @@ def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None
                 f"{len(text)} characters; at most {settings.max_chars} per text (MAX_CHARS).",
                 "text" if single else f"text[{index}]",
             )
+    total = sum(map(len, texts))
+    if total > settings.max_request_chars:
+        raise ApiError(
+            413,
+            "too_many_characters",
+            f"{total} characters; at most {settings.max_request_chars} per request "
+            "(MAX_REQUEST_CHARS). Send the texts in several requests.",
+            "text",
+        )
 
 
 def _decode_options(payload: TranslateRequest, settings: Settings) -> dict[str, Any]:

@@ -407,7 +407,7 @@ def test_queue_full_is_429_and_accepted_requests_are_answered(tmp_path: Path) ->
 
 
 def test_a_request_over_the_sentence_limit_is_413_before_any_work(tmp_path: Path) -> None:
-    app = fake_app(tmp_path, max_request_sentences=4, max_queue=100)
+    app = fake_app(tmp_path, max_request_sentences=4, max_queue=100, max_request_chars=59)
 
     async def main() -> None:
         async with serving(app) as client:
@@ -417,6 +417,9 @@ def test_a_request_over_the_sentence_limit_is_413_before_any_work(tmp_path: Path
             assert_error(response, 413, "too_many_sentences", "text")
             assert "MAX_REQUEST_SENTENCES" in response.json()["error"]["message"]
             assert set(engine_of(app).vocab) == tokenised  # refused before tokenising
+            response = await client.post("/translate", json={"text": ["a" * 30] * 2})
+            assert_error(response, 413, "too_many_characters", "text")
+            assert "MAX_REQUEST_CHARS" in response.json()["error"]["message"]
             # The same text twice counts once, as it is translated once.
             four = "One. Two. Three. Four."
             response = await client.post("/translate", json={"text": [four, four]})
@@ -447,7 +450,7 @@ def test_rate_limits_per_api_key(tmp_path: Path) -> None:
             refused = await post("k2", "y" * 10)
             assert_error(refused, 429, "rate_limited")
             assert "CHARS_PER_MINUTE" in refused.json()["error"]["message"]
-            assert_error(await post("k2", "z" * 31), 413, "too_many_characters", "text")
+            assert_error(await post("k2", "z" * 31), 413, "over_rate_limit", "text")
 
     run(main())
 

@@ -489,9 +489,9 @@ class Scheduler:
             if not worker.proven:
                 self._prove(worker)
             self._loop(worker)
-        except BaseException as exc:  # a bug or a broken replica must not leave requests hanging
+        except BaseException:  # a bug or a broken replica must not leave requests hanging
             log.exception("%s failed", worker.name)
-            self._replace(worker, exc)
+            self._replace(worker)
             return
         self._shut_down(worker)
 
@@ -542,7 +542,7 @@ class Scheduler:
                 batch.step()
         worker.proven = True
 
-    def _replace(self, dead: _Worker, exc: BaseException) -> None:
+    def _replace(self, dead: _Worker) -> None:
         """Fail the dead worker's requests and start a new worker in its place, unless workers
         died too often (then fail everything: the scheduler is beyond repair)."""
         now = time.monotonic()
@@ -555,20 +555,25 @@ class Scheduler:
             if restart:
                 worker = _Worker(dead.index, dead.engines, self._pair_metrics, proven=False)
                 self._workers[dead.index] = worker
-            else:
+            elif not self._stopping:  # (while stopping, a death is no verdict)
                 self._failed = True
         if self._metrics is not None:
             self._metrics.worker_failures.inc()
         for request in requests:
             self._cancel(request)
-            self._settle(request, exception=WorkerRestarted())
+            if restart:
+                error: SchedulerError = WorkerRestarted()
+            else:
+                error = SchedulerFailed() if self._failed else ShuttingDown()
+            self._settle(request, exception=error)
         if restart:
             log.warning("restarting %s (%d deaths in %.0f s)", dead.name, len(self._deaths),
                         RESTART_WINDOW_S)
             self._start(worker)
         else:
-            log.error("%s died %d times in %.0f s; giving up", dead.name, len(self._deaths),
-                      RESTART_WINDOW_S)
+            if self._failed:
+                log.error("%s died %d times in %.0f s; giving up", dead.name, len(self._deaths),
+                          RESTART_WINDOW_S)
             self._shut_down(dead)
 
     def _shut_down(self, worker: _Worker) -> None:

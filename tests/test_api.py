@@ -518,6 +518,45 @@ def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
     run(main())
 
 
+def test_ready_fails_while_the_only_worker_is_being_restarted(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=0.02), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models, request_timeout_s=1.0), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            # 31 steps, ~0.6 s: the sentence a restarted worker proves itself on.
+            canary = " ".join(f"c{i}" for i in range(30))
+            assert (await client.post("/translate", json={"text": canary})).status_code == 200
+            faults.fail_removes = 1  # dropping the next expired request kills the worker
+            killer = " ".join(f"k{i}" for i in range(80))
+            assert_error(await client.post("/translate", json={"text": killer}), 504, "timeout")
+            statuses = []  # from the death (the next step, ~20 ms on) until proven again
+            waiting = None
+            for _ in range(300):
+                response = await client.get("/ready")
+                statuses.append(response.status_code)
+                if response.status_code == 200 and 503 in statuses:
+                    break
+                if response.status_code == 503:
+                    assert_error(response, 503, "no_healthy_worker")
+                    if waiting is None:  # queued meanwhile, served once the worker is back
+                        text = {"text": "later"}
+                        waiting = asyncio.ensure_future(client.post("/translate", json=text))
+                await asyncio.sleep(0.01)
+            assert waiting is not None
+            assert statuses[-1] == 200 and statuses.count(503) >= 10, statuses  # ~0.6 s
+            assert (await client.get("/ready")).status_code == 200
+            assert (await client.get("/health")).status_code == 200  # restarting, not failed
+            assert (await waiting).json()["translations"][0]["text"] == "LATER"
+
+    run(main())
+
+
 def test_deadline_gives_504_and_drops_the_sentences(tmp_path: Path) -> None:
     app = fake_app(tmp_path, engine_kwargs={"step_s": 0.005}, request_timeout_s=0.1)
 

@@ -482,7 +482,6 @@ def test_a_poison_sentence_fails_only_its_request(tmp_path: Path) -> None:
             for i, response in enumerate(responses):
                 if i != 7:
                     assert response.json()["translations"][0]["text"] == texts[i].upper()
-                    assert len(response.headers["x-request-id"]) == 32
             metrics = (await client.get("/metrics")).text
             assert 'translate_sentences_total{outcome="failed",pair="en-de"} 1.0' in metrics
             assert (await client.get("/ready")).status_code == 200

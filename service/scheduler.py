@@ -699,8 +699,8 @@ class Scheduler:
         self._finish(lane, finished)
 
     def _step_failed(self, worker: _Worker, lane: _Lane, exc: Exception) -> None:
-        """The batch's state is unknown after a failed step: start a new one, and retry each
-        of its sentences alone, so that only a sentence that fails again fails."""
+        """The batch's rows are in no known state after a failed step: clear it (its buffers
+        stay), and retry each of its sentences alone, so that only one that fails again fails."""
         failed = lane.batch
         jobs = sorted(
             (job for job in lane.running if job.batch is failed), key=lambda j: j.enqueued_at
@@ -710,7 +710,7 @@ class Scheduler:
             "(requests %s)", lane.pair, type(exc).__name__, exc, len(jobs),
             ", ".join(sorted({job.request.id for job in jobs})),
         )
-        lane.batch = lane.engine.new_batch()
+        failed.clear()
         for job in jobs:
             job.batch, job.retry = None, True
         lane.retrying.extend(jobs)
@@ -732,7 +732,8 @@ class Scheduler:
         except Exception as exc:
             job = lane.solo_job
             assert job is not None
-            lane.solo, lane.solo_job, job.batch = None, None, None
+            lane.solo.clear()
+            lane.solo_job, job.batch = None, None
             log.error(
                 "sentence %d of request %s failed again alone on %s (%s: %s); failing the "
                 "request", job.index, job.request.id, lane.pair, type(exc).__name__, exc,

@@ -83,6 +83,10 @@ class FaultyBatch:
         self.batch.remove(key)
         self.sources.pop(key, None)
 
+    def clear(self) -> None:
+        self.batch.clear()
+        self.sources.clear()
+
     def step(self) -> list[tuple[Hashable, Any]]:
         poisoned = self.faults.poison is not None and self.faults.poison in self.sources.values()
         if poisoned or self.faults.take("fail_steps"):

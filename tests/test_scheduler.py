@@ -101,6 +101,9 @@ class FakeBatch:
         del self.rows[key]
         self.engine.removed.append(key)
 
+    def clear(self) -> None:
+        self.rows.clear()
+
     def step(self) -> list[tuple[Hashable, Translation]]:
         engine = self.engine
         engine.steps += 1

@@ -23,6 +23,7 @@ nothing.
     python bench/chaos.py                          # starts a server from MODEL_DIR
     python bench/chaos.py --faults --seconds 10    # also the injected fault
     python bench/chaos.py --url http://localhost:8000 --skip sigterm
+    python bench/chaos.py --env MAX_QUEUE=256 --skip largest   # a queue that fills in seconds
 """
 
 from __future__ import annotations
@@ -253,7 +254,9 @@ def memory(server: Server | None) -> str:
 async def run(args: argparse.Namespace, url: str, server: Server | None) -> None:
     texts = [s for s in read_sentences(args.test) if len(s.split()) <= 20]
     timeout = aiohttp.ClientTimeout(total=args.client_timeout)
-    connector = aiohttp.TCPConnector(limit=0)  # the overload phase needs its connections
+    # No connection limit: the overload phase needs its connections. Idle ones are closed
+    # before the server's keep-alive timeout (5 s) can close them under a new request.
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2)
     async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as client:
         rate = None
         for phase in PHASES:
@@ -303,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trickling", type=int, default=300,
                         help="sockets sending a byte a second in the slow phase")
     parser.add_argument("--client-timeout", type=float, default=60)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the server this script starts (e.g. MAX_QUEUE=256)")
     parser.add_argument("--serve-with-faults", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_with_faults:
@@ -313,7 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     url = args.url
     if url is None:
         command = [str(Path(__file__).resolve()), "--serve-with-faults"] if args.faults else None
-        server = Server({"MODEL_DIR": str(args.model_dir)}, command)
+        env = dict(item.split("=", 1) for item in args.env)
+        server = Server({"MODEL_DIR": str(args.model_dir), **env}, command)
         server.wait_ready()
         url = server.url
     print(f"{'phase':<9} {'time':>7}  {'responses by status':<28} lost ...")

@@ -524,6 +524,36 @@ def test_a_poison_sentence_fails_only_its_request(
     scheduler.stop()
 
 
+def test_a_request_given_up_while_its_sentences_are_retried_frees_them() -> None:
+    faults = Faults()
+    engine = FakeEngine(step_s=0.005)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
+
+    async def main() -> tuple[object, str]:
+        loop = asyncio.get_running_loop()
+        sources = [engine.tokenize(words(30, f"g{i}_")) for i in range(4)]
+        expiring = asyncio.ensure_future(scheduler.translate(
+            "en-de", sources, DecodeOptions(), loop.time() + 0.1
+        ))
+        await asyncio.sleep(0.02)
+        faults.fail_steps = 1  # all four go to be retried alone, one after another
+        outcome = (await asyncio.gather(expiring, return_exceptions=True))[0]
+        later = await scheduler.translate("en-de", [engine.tokenize("x y")], DecodeOptions())
+        return outcome, later[0].text
+
+    outcome, later = asyncio.run(main())
+    assert isinstance(outcome, DeadlineExceeded)
+    assert later == "X Y"
+    assert scheduler.wait_idle(2) and scheduler.in_flight == 0
+    dropped = metrics.registry.get_sample_value(
+        "translate_sentences_total", {"pair": "en-de", "outcome": "dropped"}
+    )
+    assert dropped == 4  # the one being retried and the three waiting for their turn
+    scheduler.stop()
+
+
 def test_a_worker_that_dies_is_restarted() -> None:
     faults = Faults()
     engine = FakeEngine(step_s=0.005)

@@ -21,8 +21,9 @@ sentences once the text is split and tokenised. A request over ``max_request_sen
 most the queue) is refused outright, so no one request can fill the queue and shut others out.
 
 Faults stay where they happen. A decoder step that raises fails none of its sentences at once:
-the batch is discarded and each of its sentences is retried alone (one at a time, beside the
-fresh batch); a sentence that fails alone fails its request, and only that request. A worker
+the batch is cleared (it takes new sentences at once) and each of the sentences it held is
+retried alone, one at a time in a batch of its own beside it; a sentence that fails alone
+fails its request, and only that request. A worker
 thread that dies fails the requests it was running and is replaced by a new one, which proves
 itself on the last sentence the service translated before it takes work; past
 ``WORKER_RESTARTS`` deaths in ``RESTART_WINDOW_S`` the scheduler gives up (``failed``), which

@@ -137,9 +137,10 @@ def free_port() -> int:
 
 
 class Server:
-    """``translate-serve`` in a subprocess with extra environment."""
+    """``translate-serve`` in a subprocess with extra environment (or ``command``, arguments
+    to Python that serve the same way)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], command: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {
@@ -150,7 +151,7 @@ class Server:
             "LOG_LEVEL": "warning",
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from service.main import run; run()"],
+            [sys.executable, *(command or ["-c", "from service.main import run; run()"])],
             cwd=ROOT,
             env=environment,
         )

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import math
+import os
+import re
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +25,18 @@ from pydantic import ValidationError
 from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
 from service.errors import ApiError, from_validation_errors
 from service.metrics import Metrics
+from service.ratelimit import OverCharLimit, RateLimited, RateLimiter
 from service.scheduler import (
+    Admission,
     DeadlineExceeded,
     QueueFull,
+    RequestTooLarge,
     Scheduler,
+    SchedulerError,
     SchedulerFailed,
     ShuttingDown,
+    TranslationFailed,
+    WorkerRestarted,
 )
 from service.schemas import (
     Alternative,
@@ -40,12 +49,17 @@ from service.schemas import (
     TranslationResult,
 )
 from service.settings import Settings
-from service.text import Segmented, split_long, split_sentences
+from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
 Pair = tuple[str, str]
 T = TypeVar("T")
 DEFAULT_PAIR: Pair = ("en", "de")  # the tie-breaker when several loaded pairs would fit
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's X-Request-ID we log as is
+# Ids made here: the process and a count, unique across replicas of the service without the
+# ~7 us of a uuid4.
+_ID_PREFIX = f"{os.getpid():x}-{int(time.time()):x}-"
+_request_ids = itertools.count(1)
 
 
 @dataclass
@@ -58,6 +72,12 @@ class ServiceState:
     scheduler: Scheduler | None = None
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
+    limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = RateLimiter(
+            self.settings.requests_per_minute, self.settings.chars_per_minute
+        )
 
     def begin_shutdown(self) -> None:
         """At the stop signal: /ready turns 503 so that load balancers stop sending; requests
@@ -125,23 +145,32 @@ router = APIRouter()
 
 @router.get("/health", response_model=StatusResponse, responses=_errors(503))
 async def health(state: State) -> StatusResponse:
-    """Liveness: fails only when a restart is the cure (models failed to load, the scheduler
-    thread died)."""
+    """Liveness: fails only when a restart is the cure: the models failed to load, or the
+    translation workers kept dying after being restarted (the service cannot translate)."""
     if state.phase == "failed":
         raise ApiError(503, "load_failed", f"Loading the models failed: {state.error}")
     if state.scheduler is not None and state.scheduler.failed:
-        raise ApiError(503, "unavailable", "The translation worker failed; restart the service.")
+        raise ApiError(503, "unavailable", "The translation workers failed; restart the service.")
     return StatusResponse(status="ok")
 
 
 @router.get("/ready", response_model=StatusResponse, responses=_errors(503))
 async def ready(state: State) -> StatusResponse:
-    """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal."""
+    """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal, and
+    while at least one translation worker is healthy (not being restarted)."""
     if state.shutdown_started is not None:
         raise ApiError(
             503, "shutting_down", "The service is shutting down.", headers={"Retry-After": "5"}
         )
     _require_ready(state)
+    assert state.scheduler is not None  # ready implies a scheduler
+    if not state.scheduler.healthy_workers:
+        raise ApiError(
+            503,
+            "no_healthy_worker",
+            "No translation worker is healthy; one is being restarted.",
+            headers={"Retry-After": "1"},
+        )
     return StatusResponse(status="ready")
 
 
@@ -172,7 +201,7 @@ async def languages(state: State) -> LanguagesResponse:
     response_model=TranslateResponse,
     response_model_exclude_none=True,
     dependencies=[Depends(require_api_key)],
-    responses=_errors(400, 401, 413, 422, 429, 503, 504),
+    responses=_errors(400, 401, 413, 422, 429, 500, 503, 504),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -186,6 +215,17 @@ async def translate(request: Request, state: State) -> TranslateResponse:
     Texts are split into sentences (and overlong sentences into pieces the model can take),
     translated in the shared running batch, and rejoined with the original whitespace.
     """
+    request_id = _request_id(request)
+    # Errors carry the id the logs name. A success has nothing to look up, and a header on
+    # it would cost every request FastAPI's merging of a Response parameter.
+    try:
+        return await _translate(request, state, request_id)
+    except ApiError as exc:
+        exc.headers.setdefault("X-Request-ID", request_id)
+        raise
+
+
+async def _translate(request: Request, state: State, request_id: str) -> TranslateResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + state.settings.request_timeout_s
     settings = state.settings
@@ -200,20 +240,26 @@ async def translate(request: Request, state: State) -> TranslateResponse:
     pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
     engine = state.engines[pair]
     options = engine.options(**overrides)  # the rest: the bundle's recommended decoding
-    if sum(map(len, texts)) <= _INLINE_CHARS:
-        prepared = prepare_texts(texts, engine, pair[1])
-    else:
-        prepared = await asyncio.to_thread(prepare_texts, texts, engine)
-
-    # Repeated sentences (boilerplate, list items) are decoded once.
-    unique: dict[tuple[int, ...], int] = {}
-    for _, sources in prepared:
-        for ids in sources:
-            unique.setdefault(tuple(ids), len(unique))
+    chars = sum(map(len, texts))
+    _take_rate(state, request, chars)
     assert state.scheduler is not None  # ready implies a scheduler
-    translations = await _unless_disconnected(
-        request, _run(state.scheduler, pair, list(unique), options, deadline)
-    )
+    # Admitted (or refused) by its estimated sentence count before any splitting or
+    # tokenising: a refused request costs next to nothing.
+    admission = _admit(state.scheduler, pair, sum(map(estimate_sentences, set(texts))))
+    try:
+        if chars <= _INLINE_CHARS:
+            prepared = prepare_texts(texts, engine, pair[1])
+        else:
+            prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1])
+        # Repeated sentences (boilerplate, list items) are decoded once.
+        unique: dict[tuple[int, ...], int] = {}
+        for _, sources in prepared:
+            for ids in sources:
+                unique.setdefault(tuple(ids), len(unique))
+        work = _run(state.scheduler, pair, list(unique), options, deadline, admission, request_id)
+        translations = await _unless_disconnected(request, work)
+    finally:
+        state.scheduler.release(admission)  # what the sentences did not take
     results = [
         assemble(
             segmented,
@@ -238,6 +284,45 @@ def _require_ready(state: ServiceState) -> None:
     else:
         message, code = "The service is shutting down.", "shutting_down"
     raise ApiError(503, code, message, headers={"Retry-After": "5"})
+
+
+def _request_id(request: Request) -> str:
+    """The client's X-Request-ID when it is a plain token, else a new one: the logs of a
+    failure name it, and so does the error response."""
+    given = request.headers.get("x-request-id")
+    if given and _REQUEST_ID.fullmatch(given):
+        return given
+    return f"{_ID_PREFIX}{next(_request_ids):x}"
+
+
+def _client_key(request: Request, settings: Settings) -> str:
+    """Whom the rate limits count: the API key (already checked), else the client address."""
+    if settings.api_keys:
+        authorization = request.headers.get("authorization", "")
+        return "key:" + authorization.partition(" ")[2].strip()
+    return "addr:" + (request.client.host if request.client else "")
+
+
+def _take_rate(state: ServiceState, request: Request, chars: int) -> None:
+    limiter = state.limiter
+    if not limiter.enabled:
+        return
+    try:
+        limiter.take(_client_key(request, state.settings), chars)
+    except OverCharLimit as exc:
+        raise ApiError(
+            413,
+            "over_rate_limit",
+            f"{exc.chars} characters; at most {exc.limit} per minute (CHARS_PER_MINUTE).",
+            "text",
+        ) from None
+    except RateLimited as exc:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"Too many requests or characters; this client's {exc.limit} is exceeded.",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
 
 
 def _body_limit(settings: Settings) -> int:
@@ -295,6 +380,15 @@ def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None
                 f"{len(text)} characters; at most {settings.max_chars} per text (MAX_CHARS).",
                 "text" if single else f"text[{index}]",
             )
+    total = sum(map(len, texts))
+    if total > settings.max_request_chars:
+        raise ApiError(
+            413,
+            "too_many_characters",
+            f"{total} characters; at most {settings.max_request_chars} per request "
+            "(MAX_REQUEST_CHARS). Send the texts in several requests.",
+            "text",
+        )
 
 
 def _decode_options(payload: TranslateRequest, settings: Settings) -> dict[str, Any]:
@@ -407,36 +501,81 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
+def _admit(scheduler: Scheduler, pair: Pair, sentences: int) -> Admission:
+    try:
+        return scheduler.admit(pair_label(pair), sentences)
+    except SchedulerError as exc:
+        raise _scheduler_error(exc) from None
+
+
 async def _run(
     scheduler: Scheduler,
     pair: Pair,
     sources: list[tuple[int, ...]],
     options: DecodeOptions,
     deadline: float,
+    admission: Admission,
+    request_id: str,
 ) -> list[Translation]:
     try:
-        return await scheduler.translate(pair_label(pair), sources, options, deadline)
-    except QueueFull as exc:
-        raise ApiError(
+        return await scheduler.translate(
+            pair_label(pair),
+            sources,
+            options,
+            deadline,
+            admission=admission,
+            request_id=request_id,
+        )
+    except SchedulerError as exc:
+        raise _scheduler_error(exc) from None
+
+
+def _scheduler_error(exc: SchedulerError) -> ApiError:
+    """The HTTP answer to each of the scheduler's refusals and failures."""
+    if isinstance(exc, RequestTooLarge):
+        return ApiError(
+            413,
+            "too_many_sentences",
+            f"About {exc.sentences} sentences; at most {exc.limit} per request "
+            "(MAX_REQUEST_SENTENCES). Send the texts in several requests.",
+            "text",
+        )
+    if isinstance(exc, QueueFull):
+        return ApiError(
             429,
             "queue_full",
             "Too many sentences waiting; retry later.",
             headers={"Retry-After": str(exc.retry_after)},
-        ) from None
-    except ShuttingDown:
-        raise ApiError(
+        )
+    if isinstance(exc, ShuttingDown):
+        return ApiError(
             503, "shutting_down", "The service is shutting down.", headers={"Retry-After": "5"}
-        ) from None
-    except SchedulerFailed:
-        raise ApiError(
-            503, "unavailable", "The translation worker failed.", headers={"Retry-After": "5"}
-        ) from None
-    except DeadlineExceeded:
-        raise ApiError(
+        )
+    if isinstance(exc, SchedulerFailed):
+        return ApiError(
+            503, "unavailable", "The translation workers failed.", headers={"Retry-After": "5"}
+        )
+    if isinstance(exc, WorkerRestarted):
+        return ApiError(
+            503,
+            "worker_restarted",
+            "The worker translating this request failed and was restarted; retry.",
+            headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, TranslationFailed):
+        return ApiError(
+            500,
+            "translation_failed",
+            "A sentence of this request failed in the decoder, also when retried alone "
+            f"(request id {exc.request_id}).",
+        )
+    if isinstance(exc, DeadlineExceeded):
+        return ApiError(
             504,
             "timeout",
             "The translation did not finish within the request timeout; it was abandoned.",
-        ) from None
+        )
+    return ApiError(500, "internal_error", str(exc))
 
 
 def assemble(

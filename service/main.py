@@ -97,6 +97,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
             max_batch_tokens=settings.max_batch_tokens,
             max_batch_rows=settings.max_batch_rows,
             max_queue=settings.max_queue,
+            max_request_sentences=settings.max_request_sentences,
             batching=settings.batching,
             metrics=state.metrics,
         )

@@ -70,7 +70,8 @@ class Metrics:
         )
         self.sentences = Counter(
             "translate_sentences",
-            "Sentences leaving the scheduler, by outcome (done, dropped, failed).",
+            "Sentences by outcome: leaving the scheduler (done, dropped, failed) or retried "
+            "alone after a failed decoder step (retried).",
             ["pair", "outcome"],
             registry=r,
         )
@@ -87,6 +88,17 @@ class Metrics:
         )
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
+        self.step_failures = Counter(
+            "translate_step_failures",
+            "Decoder steps that raised (each batch's sentences are then retried alone).",
+            ["pair"],
+            registry=r,
+        )
+        self.worker_failures = Counter(
+            "translate_worker_failures",
+            "Worker threads that died; each is replaced, up to a limit (see service.scheduler).",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -101,7 +113,8 @@ class Metrics:
             generated_tokens=self.generated_tokens.labels(pair),
             source_tokens=self.source_tokens.labels(pair),
             sentences={outcome: self.sentences.labels(pair, outcome)
-                       for outcome in ("done", "dropped", "failed")},
+                       for outcome in ("done", "dropped", "failed", "retried")},
+            step_failures=self.step_failures.labels(pair),
         )
 
 
@@ -116,7 +129,8 @@ class PairMetrics:
     decode_steps: Any
     generated_tokens: Any
     source_tokens: Any
-    sentences: dict[str, Any]  # by outcome: done, dropped, failed
+    sentences: dict[str, Any]  # by outcome: done, dropped, failed, retried
+    step_failures: Any
 
 
 class RequestMetricsMiddleware:

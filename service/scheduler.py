@@ -15,6 +15,20 @@ so a batch admitted under the budget can never outgrow it while it decodes: noth
 preempted, and the batch's memory stays bounded. A sentence is always admitted into an empty
 batch, so an oversize one runs alone rather than never.
 
+Admission is decided before a request costs anything: ``admit`` holds queue room for the
+sentence count estimated from the raw text, and ``translate`` turns that room into queued
+sentences once the text is split and tokenised. A request over ``max_request_sentences`` (at
+most the queue) is refused outright, so no one request can fill the queue and shut others out.
+
+Faults stay where they happen. A decoder step that raises fails none of its sentences at once:
+the batch is cleared (it takes new sentences at once) and each of the sentences it held is
+retried alone, one at a time in a batch of its own beside it; a sentence that fails alone
+fails its request, and only that request. A worker
+thread that dies fails the requests it was running and is replaced by a new one, which proves
+itself on the last sentence the service translated before it takes work; past
+``WORKER_RESTARTS`` deaths in ``RESTART_WINDOW_S`` the scheduler gives up (``failed``), which
+is the service's cue to fail its liveness check and be restarted.
+
 Engines are not thread-safe; only its own worker touches a replica and its batches. The lock
 guards the queue and the cancellation lists, and is never held while an engine runs.
 """
@@ -38,6 +52,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A worker that dies this many times within the window is not restarted again: the fault is
+# not transient, and only a new process (the orchestrator's restart) may cure it.
+WORKER_RESTARTS = 3
+RESTART_WINDOW_S = 60.0
+# Failed steps in a row, with no step succeeding between them, after which a worker counts as
+# broken and is restarted (a lone poison sentence costs two: its batch's and its own retry).
+WORKER_FAILURE_LIMIT = 8
+
 
 class SchedulerError(Exception):
     """Base of the scheduler's refusals."""
@@ -47,6 +69,15 @@ class QueueFull(SchedulerError):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"queue full; retry in {retry_after}s")
         self.retry_after = retry_after
+
+
+class RequestTooLarge(SchedulerError):
+    """More sentences than one request may queue: it could never be admitted whole."""
+
+    def __init__(self, sentences: int, limit: int) -> None:
+        super().__init__(f"{sentences} sentences; at most {limit} per request")
+        self.sentences = sentences
+        self.limit = limit
 
 
 class ShuttingDown(SchedulerError):
@@ -61,7 +92,31 @@ class DeadlineExceeded(SchedulerError):
 
 class SchedulerFailed(SchedulerError):
     def __init__(self) -> None:
-        super().__init__("the scheduler thread has stopped after an internal error")
+        super().__init__("the scheduler's workers keep failing; the service needs a restart")
+
+
+class WorkerRestarted(SchedulerError):
+    """The worker running some of the request's sentences died; a new one took its place."""
+
+    def __init__(self) -> None:
+        super().__init__("the worker translating this request failed and was restarted")
+
+
+class TranslationFailed(SchedulerError):
+    """A sentence failed a decoder step, and failed again when retried alone."""
+
+    def __init__(self, request_id: str, index: int) -> None:
+        super().__init__(f"sentence {index} of request {request_id} failed in the decoder")
+        self.request_id = request_id
+        self.index = index
+
+
+@dataclass(eq=False)
+class Admission:
+    """Queue room held for a request while its text is split and tokenised (``admit``)."""
+
+    pair: str
+    room: int
 
 
 @dataclass(eq=False)
@@ -73,6 +128,7 @@ class _Request:
     future: asyncio.Future[list[Translation]]
     results: list[Translation | None]
     remaining: int
+    id: str = "-"
     jobs: list[_Job] = field(default_factory=list)
     cancelled: bool = False  # deadline passed, client gone, or failed: drop its sentences
 
@@ -84,20 +140,33 @@ class _Job:
     cost: int
     rows: int
     enqueued_at: float
-    in_batch: bool = False  # added to the engine's batch (its encoder ran)
+    batch: Any = None  # the engine batch it was added to (its encoder runs there)
+    retry: bool = False  # in its lane's ``retrying``, after a failed step
+
+    @property
+    def source(self) -> Sequence[int]:
+        return self.request.sources[self.index]
 
 
 class _Lane:
-    """One worker's running batch of one language pair."""
+    """One worker's running batch of one language pair, and its sentences being retried."""
 
     def __init__(self, pair: str, engine: Engine, metrics: PairMetrics | None) -> None:
         self.pair = pair
         self.engine = engine
         self.metrics = metrics
         self.batch = engine.new_batch()
-        self.running: set[_Job] = set()
+        self.running: set[_Job] = set()  # in the batch, retrying, or in the solo batch
         self.tokens = 0
         self.rows = 0
+        # After a failed step: its sentences, each to be decoded alone in ``solo``.
+        self.retrying: deque[_Job] = deque()
+        self.solo: Any = None
+        self.solo_job: _Job | None = None
+
+    @property
+    def retries(self) -> int:
+        return len(self.retrying) + (self.solo_job is not None)
 
     def release(self, job: _Job) -> None:
         if job in self.running:
@@ -114,9 +183,11 @@ class _Worker:
         index: int,
         engines: Mapping[str, Engine],
         metrics: Mapping[str, PairMetrics],
+        proven: bool = True,
     ) -> None:
         self.index = index
         self.name = f"scheduler-{index}"
+        self.engines = engines
         self.lanes = {
             pair: _Lane(pair, engine, metrics.get(pair)) for pair, engine in engines.items()
         }
@@ -124,11 +195,18 @@ class _Worker:
         # Idle at its last look, it left the waiting sentences to a better-placed worker, so it
         # may sleep while they wait.
         self.deferred = False
+        self.failures = 0  # failed steps since the last step that succeeded
+        # False while a restarted worker proves itself on the canary: none leaves work to it.
+        self.proven = proven
         self.thread: threading.Thread | None = None
 
     @property
     def running(self) -> int:
         return sum(len(lane.running) for lane in self.lanes.values())
+
+
+class _WorkerBroken(Exception):
+    """Raised in a worker whose steps keep failing, so that it is replaced."""
 
 
 class _Throughput:
@@ -166,6 +244,7 @@ class Scheduler:
         max_batch_tokens: int = 8192,
         max_batch_rows: int = 128,
         max_queue: int = 2048,
+        max_request_sentences: int | None = None,
         batching: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -175,9 +254,9 @@ class Scheduler:
         if len(counts) > 1:
             raise ValueError(f"every engine needs the same number of replicas, got {counts}")
         count = counts.pop() if counts else 1
-        pair_metrics = {pair: metrics.pair(pair) for pair in engines} if metrics else {}
+        self._pair_metrics = {pair: metrics.pair(pair) for pair in engines} if metrics else {}
         self._workers = [
-            _Worker(i, {pair: r[i] for pair, r in replicas.items()}, pair_metrics)
+            _Worker(i, {pair: r[i] for pair, r in replicas.items()}, self._pair_metrics)
             for i in range(count)
         ]
         # Waiting sentences by request, in arrival order, per pair; admission takes one
@@ -188,29 +267,50 @@ class Scheduler:
         self._max_tokens = max_batch_tokens
         self._max_rows = max_batch_rows
         self._max_queue = max_queue
+        self._max_request = min(max_request_sentences or max_queue, max_queue)
         self._batching = batching
         self._metrics = metrics
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # workers wait here for sentences
         self._idle_cond = threading.Condition(self._lock)  # drain() waits here
         self._waiting = 0
+        self._held = 0  # queue room held by admissions not yet turned into sentences
         self._accepting = True
         self._stopping = False
         self._failed = False
+        self._deaths: deque[float] = deque()  # time.monotonic() of recent worker deaths
+        # A sentence the service translated, per pair: a restarted worker decodes it first.
+        self._canary: dict[str, tuple[Sequence[int], DecodeOptions]] = {}
         self._throughput = _Throughput()
 
     # -- event-loop side -------------------------------------------------------------------
 
     def start(self) -> None:
         for worker in self._workers:
-            worker.thread = threading.Thread(
-                target=self._run, args=(worker,), name=worker.name, daemon=True
-            )
-            worker.thread.start()
+            self._start(worker)
+
+    def _start(self, worker: _Worker) -> None:
+        worker.thread = threading.Thread(
+            target=self._run, args=(worker,), name=worker.name, daemon=True
+        )
+        worker.thread.start()
 
     @property
     def workers(self) -> int:
         return len(self._workers)
+
+    @property
+    def healthy_workers(self) -> int:
+        """Workers alive and taking work (not dead, nor restarted and still proving itself)."""
+        if self._failed:
+            return 0
+        return sum(
+            w.proven and w.thread is not None and w.thread.is_alive() for w in self._workers
+        )
+
+    @property
+    def max_request_sentences(self) -> int:
+        return self._max_request
 
     @property
     def queue_depth(self) -> int:
@@ -223,12 +323,33 @@ class Scheduler:
 
     @property
     def failed(self) -> bool:
-        """A worker thread died of an internal error; only a restart helps."""
+        """Workers kept dying (past WORKER_RESTARTS): only a restart of the process helps."""
         return self._failed
 
     @property
     def accepting(self) -> bool:
         return self._accepting and not self._failed
+
+    def admit(self, pair: str, sentences: int) -> Admission:
+        """Hold queue room for ``sentences`` (an estimate from the raw text) before the text is
+        split and tokenised; ``translate(admission=...)`` uses it, ``release`` gives it back.
+
+        Raises RequestTooLarge, QueueFull, ShuttingDown or SchedulerFailed.
+        """
+        with self._lock:
+            self._check_open()
+            if sentences > self._max_request:
+                raise RequestTooLarge(sentences, self._max_request)
+            if self._waiting + self._held + sentences > self._max_queue:
+                raise QueueFull(self._retry_after())
+            self._held += sentences
+        return Admission(pair, sentences)
+
+    def release(self, admission: Admission) -> None:
+        """Give back what is left of an admission's room (nothing once ``translate`` ran)."""
+        with self._lock:
+            self._held -= admission.room
+            admission.room = 0
 
     async def translate(
         self,
@@ -236,13 +357,23 @@ class Scheduler:
         sources: Sequence[Sequence[int]],
         options: DecodeOptions,
         deadline: float | None = None,
+        *,
+        admission: Admission | None = None,
+        request_id: str = "-",
     ) -> list[Translation]:
         """Translate tokenised sentences; ``deadline`` is in ``loop.time()`` terms.
 
-        Raises QueueFull or ShuttingDown without accepting anything, DeadlineExceeded after
-        dropping the request's sentences, or the engine's error for a sentence it refused.
+        With ``admission`` the sentences take the room it holds (more, if the estimate fell
+        short and the queue has it). Raises RequestTooLarge, QueueFull or ShuttingDown without
+        accepting anything, DeadlineExceeded after dropping the request's sentences,
+        TranslationFailed or WorkerRestarted after a fault, or the engine's error for a
+        sentence it refused.
         """
+        if admission is not None and admission.pair != pair:
+            raise ValueError(f"an admission for {admission.pair} used for {pair}")
         if not sources:
+            if admission is not None:
+                self.release(admission)
             return []
         loop = asyncio.get_running_loop()
         request = _Request(
@@ -253,8 +384,9 @@ class Scheduler:
             future=loop.create_future(),
             results=[None] * len(sources),
             remaining=len(sources),
+            id=request_id,
         )
-        self._submit(request)
+        self._submit(request, admission)
         try:
             async with asyncio.timeout_at(deadline):
                 return await request.future
@@ -265,17 +397,25 @@ class Scheduler:
             if not request.future.done() or request.future.cancelled():
                 self._cancel(request)
 
-    def _submit(self, request: _Request) -> None:
+    def _check_open(self) -> None:
+        if self._failed:
+            raise SchedulerFailed()
+        if not self._accepting:
+            raise ShuttingDown()
+
+    def _submit(self, request: _Request, admission: Admission | None) -> None:
         queue = self._queues[request.pair]
         now = time.monotonic()
         with self._lock:
-            if self._failed:
-                raise SchedulerFailed()
-            if not self._accepting:
-                raise ShuttingDown()
+            held = 0
+            if admission is not None:
+                held, admission.room = admission.room, 0
+                self._held -= held
+            self._check_open()
             count = len(request.sources)
-            # An empty queue takes any request, so one larger than MAX_QUEUE still runs.
-            if self._waiting and self._waiting + count > self._max_queue:
+            if count > self._max_request:
+                raise RequestTooLarge(count, self._max_request)
+            if count > held and self._waiting + self._held + count > self._max_queue:
                 raise QueueFull(self._retry_after())
             beam = getattr(request.options, "beam_size", 1)
             for index, source in enumerate(request.sources):
@@ -327,10 +467,17 @@ class Scheduler:
             self._stopping = True
             self._work.notify_all()
         deadline = None if timeout is None else time.monotonic() + timeout
-        for worker in self._workers:
-            if worker.thread is not None:
+        for worker in list(self._workers):
+            thread = worker.thread
+            if thread is not None and thread is not threading.current_thread():
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                worker.thread.join(left)
+                thread.join(left)
+        # A worker restarted while the others were joined.
+        for worker in self._workers:
+            thread = worker.thread
+            if thread is not None and thread.is_alive():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                thread.join(left)
 
     # -- worker threads --------------------------------------------------------------------
 
@@ -339,55 +486,111 @@ class Scheduler:
         return not self._waiting and not cancelling and not self.in_flight
 
     def _run(self, worker: _Worker) -> None:
-        error: BaseException | None = None
         try:
-            while True:
-                with self._lock:
-                    while not (
-                        self._stopping
-                        or (self._waiting and not worker.deferred)
-                        or worker.cancelled
-                        or worker.running
-                    ):
-                        if self._idle():
-                            self._idle_cond.notify_all()  # wake drain() waiters
-                        self._work.wait()
-                        worker.deferred = False  # something changed: look again
-                    if self._stopping:
-                        break
-                    cancelled, worker.cancelled = worker.cancelled, []
-                    worker.deferred = False
-                    admitted = {lane: self._admit(worker, lane) for lane in worker.lanes.values()}
-                    # Only an idle worker may sleep on a deferral: a busy one's rows may finish
-                    # in the step below, and it must look again then. (The lowest-numbered idle
-                    # worker never defers, so a waiting sentence always has a worker awake.)
-                    worker.deferred = worker.deferred and not worker.running
-                self._set_queue_gauge()
-                for lane in worker.lanes.values():
-                    self._drop(lane, cancelled)
-                    self._encode(lane, admitted[lane])
-                    self._step(lane)
-                    if lane.metrics is not None:
-                        running = sum(len(w.lanes[lane.pair].running) for w in self._workers)
-                        lane.metrics.running_sentences.set(running)
-        except BaseException as exc:  # a bug here must not leave requests hanging
+            if not worker.proven:
+                self._prove(worker)
+            self._loop(worker)
+        except BaseException:  # a bug or a broken replica must not leave requests hanging
             log.exception("%s failed", worker.name)
-            error = exc
-        finally:
+            self._replace(worker)
+            return
+        self._shut_down(worker)
+
+    def _loop(self, worker: _Worker) -> None:
+        while True:
             with self._lock:
-                if error is not None:
-                    self._failed = True
-                self._stopping = True
-                failed = self._failed
-                leftovers = {job.request for lane in worker.lanes.values() for job in lane.running}
-                for queue in self._queues.values():
-                    leftovers |= set(queue)
-                    queue.clear()
-                self._waiting = 0
-                self._work.notify_all()
-                self._idle_cond.notify_all()
-            for request in leftovers:
-                self._settle(request, exception=SchedulerFailed() if failed else ShuttingDown())
+                while not (
+                    self._stopping
+                    or (self._waiting and not worker.deferred)
+                    or worker.cancelled
+                    or worker.running
+                ):
+                    if self._idle():
+                        self._idle_cond.notify_all()  # wake drain() waiters
+                    self._work.wait()
+                    worker.deferred = False  # something changed: look again
+                if self._stopping:
+                    return
+                cancelled, worker.cancelled = worker.cancelled, []
+                worker.deferred = False
+                admitted = {lane: self._admit(worker, lane) for lane in worker.lanes.values()}
+                # Only an idle worker may sleep on a deferral: a busy one's rows may finish
+                # in the step below, and it must look again then. (The lowest-numbered idle
+                # worker never defers, so a waiting sentence always has a worker awake.)
+                worker.deferred = worker.deferred and not worker.running
+            self._set_queue_gauge()
+            for lane in worker.lanes.values():
+                self._drop(lane, cancelled)
+                self._encode(lane, admitted[lane])
+                self._step(worker, lane)
+                if lane.retries:
+                    self._retry_step(worker, lane)
+                if lane.metrics is not None:
+                    running = sum(len(w.lanes[lane.pair].running) for w in self._workers)
+                    lane.metrics.running_sentences.set(running)
+
+    def _prove(self, worker: _Worker) -> None:
+        """A restarted worker decodes a sentence the service translated before, alone, before
+        it takes work: a replica that cannot must not fail the requests it would admit."""
+        for lane in worker.lanes.values():
+            canary = self._canary.get(lane.pair)
+            if canary is None:
+                continue
+            source, options = canary
+            batch = lane.engine.new_batch()
+            batch.add("canary", list(source), options)
+            while len(batch):
+                batch.step()
+        worker.proven = True
+
+    def _replace(self, dead: _Worker) -> None:
+        """Fail the dead worker's requests and start a new worker in its place, unless workers
+        died too often (then fail everything: the scheduler is beyond repair)."""
+        now = time.monotonic()
+        with self._lock:
+            requests = {job.request for lane in dead.lanes.values() for job in lane.running}
+            self._deaths.append(now)
+            while self._deaths and self._deaths[0] < now - RESTART_WINDOW_S:
+                self._deaths.popleft()
+            restart = not self._stopping and len(self._deaths) <= WORKER_RESTARTS
+            if restart:
+                worker = _Worker(dead.index, dead.engines, self._pair_metrics, proven=False)
+                self._workers[dead.index] = worker
+            elif not self._stopping:  # (while stopping, a death is no verdict)
+                self._failed = True
+        if self._metrics is not None:
+            self._metrics.worker_failures.inc()
+        for request in requests:
+            self._cancel(request)
+            if restart:
+                error: SchedulerError = WorkerRestarted()
+            else:
+                error = SchedulerFailed() if self._failed else ShuttingDown()
+            self._settle(request, exception=error)
+        if restart:
+            log.warning("restarting %s (%d deaths in %.0f s)", dead.name, len(self._deaths),
+                        RESTART_WINDOW_S)
+            self._start(worker)
+        else:
+            if self._failed:
+                log.error("%s died %d times in %.0f s; giving up", dead.name, len(self._deaths),
+                          RESTART_WINDOW_S)
+            self._shut_down(dead)
+
+    def _shut_down(self, worker: _Worker) -> None:
+        """The scheduler stops (or failed): whatever is left fails."""
+        with self._lock:
+            self._stopping = True
+            failed = self._failed
+            leftovers = {job.request for lane in worker.lanes.values() for job in lane.running}
+            for queue in self._queues.values():
+                leftovers |= set(queue)
+                queue.clear()
+            self._waiting = 0
+            self._work.notify_all()
+            self._idle_cond.notify_all()
+        for request in leftovers:
+            self._settle(request, exception=SchedulerFailed() if failed else ShuttingDown())
 
     def _admit(self, worker: _Worker, lane: _Lane) -> list[_Job]:
         """Move waiting jobs into ``lane``'s running set while the budget allows (lock held).
@@ -407,7 +610,9 @@ class Scheduler:
         queue = self._queues[lane.pair]
         # Workers to leave a sentence to: fewer rows, or as many and a lower number.
         others = [
-            (w.lanes[lane.pair], w.index < worker.index) for w in self._workers if w is not worker
+            (w.lanes[lane.pair], w.index < worker.index)
+            for w in self._workers
+            if w is not worker and w.proven
         ]
         admitted: list[_Job] = []
         while queue:
@@ -449,8 +654,12 @@ class Scheduler:
         for request in cancelled:
             for job in request.jobs:
                 if job in lane.running:
-                    if job.in_batch:
-                        lane.batch.remove(job)
+                    if job is lane.solo_job:
+                        lane.solo_job = None
+                    elif job.retry:
+                        lane.retrying.remove(job)
+                    if job.batch is not None:
+                        job.batch.remove(job)
                     lane.release(job)
                     self._count(lane, "dropped")
 
@@ -461,10 +670,10 @@ class Scheduler:
             if request.cancelled:  # failed earlier in this loop
                 lane.release(job)
                 continue
-            source = request.sources[job.index]
+            source = job.source
             try:
                 lane.batch.add(job, list(source), request.options)
-                job.in_batch = True
+                job.batch = lane.batch
             except Exception as exc:
                 # The engine refused this sentence (e.g. too long): fail its request only.
                 lane.release(job)
@@ -475,28 +684,82 @@ class Scheduler:
                 self._metrics.queue_wait.observe(now - job.enqueued_at)
                 lane.metrics.source_tokens.inc(len(source))
 
-    def _step(self, lane: _Lane) -> None:
-        if not lane.running:
+    def _step(self, worker: _Worker, lane: _Lane) -> None:
+        if len(lane.running) <= lane.retries:  # the batch has no rows
             return
         rows = lane.batch.num_rows
         try:
             finished = lane.batch.step()
         except Exception as exc:
-            # The batch's state is unknown after a failed step: fail its requests, start afresh.
-            log.exception("decoder step failed for %s; failing %d sentences", lane.pair, rows)
-            requests = {job.request for job in lane.running}
-            lane.running.clear()
-            lane.tokens = lane.rows = 0
-            lane.batch = lane.engine.new_batch()
-            for request in requests:
-                self._fail(lane, request, exc)
+            self._step_failed(worker, lane, exc)
             return
+        worker.failures = 0
         if lane.metrics is not None:
             lane.metrics.decode_steps.inc()
             lane.metrics.batch_rows.observe(rows)
+        self._finish(lane, finished)
+
+    def _step_failed(self, worker: _Worker, lane: _Lane, exc: Exception) -> None:
+        """The batch's rows are in no known state after a failed step: clear it (its buffers
+        stay), and retry each of its sentences alone, so that only one that fails again fails."""
+        failed = lane.batch
+        jobs = sorted(
+            (job for job in lane.running if job.batch is failed), key=lambda j: j.enqueued_at
+        )
+        log.error(
+            "decoder step failed on %s (%s: %s); retrying its %d sentences alone "
+            "(requests %s)", lane.pair, type(exc).__name__, exc, len(jobs),
+            ", ".join(sorted({job.request.id for job in jobs})),
+        )
+        failed.clear()
+        for job in jobs:
+            job.batch, job.retry = None, True
+        lane.retrying.extend(jobs)
+        if lane.metrics is not None:
+            lane.metrics.step_failures.inc()
+            lane.metrics.sentences["retried"].inc(len(jobs))
+        self._failed_step(worker)
+
+    def _retry_step(self, worker: _Worker, lane: _Lane) -> None:
+        """One step of the sentence being retried alone (taking the next one if none is)."""
+        if lane.solo_job is None:
+            job = lane.retrying.popleft()
+            job.retry = False
+            lane.solo = lane.solo or lane.engine.new_batch()
+            lane.solo.add(job, list(job.source), job.request.options)
+            job.batch, lane.solo_job = lane.solo, job
+        try:
+            finished = lane.solo.step()
+        except Exception as exc:
+            job = lane.solo_job
+            assert job is not None
+            lane.solo.clear()
+            lane.solo_job, job.batch = None, None
+            log.error(
+                "sentence %d of request %s failed again alone on %s (%s: %s); failing the "
+                "request", job.index, job.request.id, lane.pair, type(exc).__name__, exc,
+            )
+            if lane.metrics is not None:
+                lane.metrics.step_failures.inc()
+            lane.release(job)
+            self._count(lane, "failed")
+            self._fail(lane, job.request, TranslationFailed(job.request.id, job.index))
+            self._failed_step(worker)
+            return
+        worker.failures = 0
+        self._finish(lane, finished)
+
+    def _failed_step(self, worker: _Worker) -> None:
+        worker.failures += 1
+        if worker.failures >= WORKER_FAILURE_LIMIT:
+            raise _WorkerBroken(f"{worker.failures} failed steps in a row")
+
+    def _finish(self, lane: _Lane, finished: list[tuple[Any, Translation]]) -> None:
         for job, translation in finished:
             if job not in lane.running:
                 continue
+            if job is lane.solo_job:
+                lane.solo_job = None
             lane.release(job)
             request = job.request
             if request.cancelled:
@@ -506,6 +769,9 @@ class Scheduler:
             request.remaining -= 1
             if request.remaining == 0:
                 self._settle(request, result=request.results)
+        if finished:  # what a restarted worker proves itself on
+            job = finished[-1][0]
+            self._canary[lane.pair] = (job.source, job.request.options)
         self._throughput.add(len(finished))
 
     def _fail(self, lane: _Lane, request: _Request, exc: BaseException) -> None:

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 
 from service.main import Server, create_app, logging_config
 from service.settings import Settings
+from tests.faults import Faults, FaultyEngine
 from tests.test_scheduler import FakeEngine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
@@ -421,6 +422,156 @@ def test_queue_full_is_429_and_accepted_requests_are_answered(tmp_path: Path) ->
                     assert_error(response, 429, "queue_full")
                     assert int(response.headers["retry-after"]) >= 1
             assert app.state.service.scheduler.queue_depth == 0
+
+    run(main())
+
+
+def test_a_request_over_the_sentence_limit_is_413_before_any_work(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, max_request_sentences=4, max_queue=100, max_request_chars=59)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            tokenised = set(engine_of(app).vocab)
+            five = "One. Two. Three. Four. Five."
+            response = await client.post("/translate", json={"text": ["Ok.", five]})
+            assert_error(response, 413, "too_many_sentences", "text")
+            assert "MAX_REQUEST_SENTENCES" in response.json()["error"]["message"]
+            assert set(engine_of(app).vocab) == tokenised  # refused before tokenising
+            response = await client.post("/translate", json={"text": ["a" * 30] * 2})
+            assert_error(response, 413, "too_many_characters", "text")
+            assert "MAX_REQUEST_CHARS" in response.json()["error"]["message"]
+            # The same text twice counts once, as it is translated once.
+            four = "One. Two. Three. Four."
+            response = await client.post("/translate", json={"text": [four, four]})
+            assert response.status_code == 200, response.text
+            assert app.state.service.scheduler.queue_depth == 0
+
+    run(main())
+
+
+def test_rate_limits_per_api_key(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, api_keys="k1,k2", requests_per_minute=2, chars_per_minute=30)
+
+    async def main() -> None:
+        async with serving(app) as client:
+
+            def post(key: str, text: str):
+                headers = {"authorization": f"Bearer {key}"}
+                return client.post("/translate", json={"text": text}, headers=headers)
+
+            assert (await post("k1", "a b c")).status_code == 200
+            assert (await post("k1", "d e f")).status_code == 200
+            refused = await post("k1", "g h")
+            assert_error(refused, 429, "rate_limited")
+            assert "REQUESTS_PER_MINUTE" in refused.json()["error"]["message"]
+            assert 1 <= int(refused.headers["retry-after"]) <= 30  # one request refills in 30 s
+            # Another key has its own allowance, of characters too.
+            assert (await post("k2", "x" * 25)).status_code == 200
+            refused = await post("k2", "y" * 10)
+            assert_error(refused, 429, "rate_limited")
+            assert "CHARS_PER_MINUTE" in refused.json()["error"]["message"]
+            assert_error(await post("k2", "z" * 31), 413, "over_rate_limit", "text")
+
+    run(main())
+
+
+def test_a_poison_sentence_fails_only_its_request(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        engine = FakeEngine(directory, step_s=0.003)
+        faults.poison = tuple(engine.tokenize("poison pill"))
+        return FaultyEngine(engine, faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            texts = [f"t{i} u{i} v{i}." for i in range(20)]
+            texts[7] = "Innocent one.\npoison pill"
+            headers = {"x-request-id": "bad-apple"}
+            responses = await asyncio.gather(*(
+                client.post("/translate", json={"text": t}, headers=headers if i == 7 else {})
+                for i, t in enumerate(texts)
+            ))
+            failed = responses[7]
+            assert_error(failed, 500, "translation_failed")
+            assert failed.headers["x-request-id"] == "bad-apple"
+            assert "bad-apple" in failed.json()["error"]["message"]
+            for i, response in enumerate(responses):
+                if i != 7:
+                    assert response.json()["translations"][0]["text"] == texts[i].upper()
+            metrics = (await client.get("/metrics")).text
+            assert 'translate_sentences_total{outcome="failed",pair="en-de"} 1.0' in metrics
+            assert (await client.get("/ready")).status_code == 200
+            assert (await client.get("/health")).status_code == 200
+
+    run(main())
+
+
+def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=0.001), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            faults.fail_steps = 10**6  # the replica breaks for good after warming up
+            statuses = set()
+            for i in range(30):
+                response = await client.post("/translate", json={"text": f"q{i}"})
+                statuses.add(response.status_code)
+                if (await client.get("/health")).status_code == 503:
+                    break
+            assert statuses <= {500, 503}, statuses  # answered, never hanging
+            assert_error(await client.get("/health"), 503, "unavailable")
+            assert (await client.get("/ready")).status_code == 503
+            response = await client.post("/translate", json={"text": "later"})
+            assert response.status_code == 503
+
+    run(main())
+
+
+def test_ready_fails_while_the_only_worker_is_being_restarted(tmp_path: Path) -> None:
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=0.02), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models, request_timeout_s=1.0), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            # 31 steps, ~0.6 s: the sentence a restarted worker proves itself on.
+            canary = " ".join(f"c{i}" for i in range(30))
+            assert (await client.post("/translate", json={"text": canary})).status_code == 200
+            faults.fail_removes = 1  # dropping the next expired request kills the worker
+            killer = " ".join(f"k{i}" for i in range(80))
+            assert_error(await client.post("/translate", json={"text": killer}), 504, "timeout")
+            statuses = []  # from the death (the next step, ~20 ms on) until proven again
+            waiting = None
+            for _ in range(300):
+                response = await client.get("/ready")
+                statuses.append(response.status_code)
+                if response.status_code == 200 and 503 in statuses:
+                    break
+                if response.status_code == 503:
+                    assert_error(response, 503, "no_healthy_worker")
+                    if waiting is None:  # queued meanwhile, served once the worker is back
+                        text = {"text": "later"}
+                        waiting = asyncio.ensure_future(client.post("/translate", json=text))
+                await asyncio.sleep(0.01)
+            assert waiting is not None
+            assert statuses[-1] == 200 and statuses.count(503) >= 10, statuses  # ~0.6 s
+            assert (await client.get("/ready")).status_code == 200
+            assert (await client.get("/health")).status_code == 200  # restarting, not failed
+            assert (await waiting).json()["translations"][0]["text"] == "LATER"
 
     run(main())
 

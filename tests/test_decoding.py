@@ -551,3 +551,26 @@ def test_a_wide_source_joins_a_drained_batch_that_gave_its_memory_back(engine: E
     while len(batch):
         results.update(batch.step())
     assert results["long"].text == expected
+
+
+def test_a_cleared_batch_keeps_its_buffers_and_decodes_anew(engine: Engine, pairs) -> None:
+    """After a step that raised, the scheduler clears the batch rather than building a new
+    one: whatever its rows held, sentences added afterwards get exactly their own answer."""
+    sources = [s for s, _ in pairs[:6]]
+    options = DecodeOptions(beam_size=2)
+    expected = [t.text for t in engine.translate(sources[3:], beam_size=2)]
+    batch = engine.new_batch()
+    for index in range(3):
+        batch.add(index, engine.tokenize(sources[index]), options)
+    batch.step()
+    batch.step()  # mid-decode, as a failed step finds it
+    capacity = batch.cache.capacity
+    batch.clear()
+    assert len(batch) == 0 and batch.num_rows == 0
+    results: dict = {}
+    for index in range(3, 6):
+        batch.add(index, engine.tokenize(sources[index]), options)
+    while len(batch):
+        results.update(batch.step())
+    assert [results[i].text for i in range(3, 6)] == expected
+    assert batch.cache.capacity == capacity  # the same buffers

@@ -19,11 +19,15 @@ from service.metrics import Metrics
 from service.scheduler import (
     DeadlineExceeded,
     QueueFull,
+    RequestTooLarge,
     Scheduler,
     SchedulerFailed,
     ShuttingDown,
+    TranslationFailed,
+    WorkerRestarted,
     reserved_tokens,
 )
+from tests.faults import Faults, FaultyEngine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
 EOS = 2
@@ -55,7 +59,6 @@ class FakeEngine:
         self.max_source_tokens = max_source_tokens
         self.vocab: dict[str, int] = {}
         self.words: dict[int, str] = {}
-        self.fail_next_step = False
         self.max_rows_seen = 0
         self.max_sentences_seen = 0
         self.removed: list[Hashable] = []
@@ -99,14 +102,14 @@ class FakeBatch:
         del self.rows[key]
         self.engine.removed.append(key)
 
+    def clear(self) -> None:
+        self.rows.clear()
+
     def step(self) -> list[tuple[Hashable, Translation]]:
         engine = self.engine
         engine.steps += 1
         engine.max_rows_seen = max(engine.max_rows_seen, self.num_rows)
         engine.max_sentences_seen = max(engine.max_sentences_seen, len(self.rows))
-        if engine.fail_next_step:
-            engine.fail_next_step = False
-            raise RuntimeError("decoder exploded")
         time.sleep(engine.step_s)
         done = []
         for key, (source, options, left) in list(self.rows.items()):
@@ -333,15 +336,75 @@ def test_queue_full_refuses_without_losing_accepted_requests() -> None:
     scheduler.stop()
 
 
-def test_a_request_larger_than_the_queue_runs_when_the_queue_is_empty() -> None:
+def test_a_request_over_the_limit_is_refused_before_it_queues() -> None:
     engine = FakeEngine()
-    scheduler = make_scheduler(engine, max_queue=2)
+    scheduler = make_scheduler(engine, max_queue=8, max_request_sentences=4)
+    assert scheduler.max_request_sentences == 4
+    with pytest.raises(RequestTooLarge) as refused:
+        scheduler.admit("en-de", 5)
+    assert (refused.value.sentences, refused.value.limit) == (5, 4)
 
-    async def main() -> list[Translation]:
-        sources = [engine.tokenize(f"z{i}") for i in range(5)]
+    async def main(count: int) -> list[Translation]:
+        sources = [engine.tokenize(f"z{i}") for i in range(count)]
         return await scheduler.translate("en-de", sources, DecodeOptions())
 
-    assert len(asyncio.run(main())) == 5
+    with pytest.raises(RequestTooLarge):  # the estimate fell short: the real count decides
+        asyncio.run(main(5))
+    assert len(asyncio.run(main(4))) == 4
+    assert scheduler.queue_depth == 0
+    scheduler.stop()
+    # The limit never exceeds the queue: no request is larger than the queue.
+    assert Scheduler({"en-de": engine}, max_queue=3).max_request_sentences == 3
+
+
+def test_admission_holds_queue_room_until_the_sentences_queue() -> None:
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=6)
+    first = scheduler.admit("en-de", 4)  # held while its text is being tokenised
+    with pytest.raises(QueueFull):
+        scheduler.admit("en-de", 3)
+    second = scheduler.admit("en-de", 2)
+    scheduler.release(second)
+    scheduler.release(second)  # twice is harmless
+    third = scheduler.admit("en-de", 2)
+
+    async def main() -> tuple[list[Translation], list[Translation]]:
+        # Fewer sentences than estimated: the rest of the room is given back.
+        sources = [engine.tokenize(f"a{i} b") for i in range(3)]
+        one = scheduler.translate("en-de", sources, DecodeOptions(), admission=first)
+        two = scheduler.translate(
+            "en-de", [engine.tokenize("c d")], DecodeOptions(), admission=third
+        )
+        return tuple(await asyncio.gather(one, two))  # type: ignore[return-value]
+
+    one, two = asyncio.run(main())
+    assert [t.text for t in one] == ["A0 B", "A1 B", "A2 B"] and two[0].text == "C D"
+    assert scheduler.wait_idle(2)
+    scheduler.admit("en-de", 6)  # all the room is free again
+    scheduler.stop()
+
+
+def test_the_largest_request_leaves_room_and_rows_for_small_ones() -> None:
+    """While the largest request the limits allow decodes, one-sentence requests are admitted
+    (never QueueFull) and finish long before it: requests take turns for free rows."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=64, max_request_sentences=16, max_batch_rows=4)
+    finished: list[str] = []
+
+    async def small(i: int) -> None:
+        await asyncio.sleep(0.01 * i)
+        result = await scheduler.translate("en-de", [engine.tokenize(f"s{i}")], DecodeOptions())
+        assert result[0].text == f"S{i}"
+        finished.append("small")
+
+    async def main() -> None:
+        sources = [engine.tokenize(words(9, f"l{i}_")) for i in range(16)]  # 4 waves of 4
+        large = scheduler.translate("en-de", sources, DecodeOptions(), admission=None)
+        await asyncio.gather(large, *(small(i) for i in range(1, 6)))
+        finished.append("large")
+
+    asyncio.run(main())
+    assert finished == ["small"] * 5 + ["large"]
     scheduler.stop()
 
 
@@ -392,42 +455,157 @@ def test_cancelled_waiter_frees_its_rows() -> None:
     scheduler.stop()
 
 
-def test_a_failed_step_fails_its_requests_and_the_scheduler_carries_on() -> None:
-    engine = FakeEngine()
-    scheduler = make_scheduler(engine)
+def test_a_failed_step_is_retried_alone_and_its_requests_succeed() -> None:
+    faults = Faults()
+    engine = FakeEngine(step_s=0.002)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
 
-    async def main() -> str:
-        engine.fail_next_step = True
-        with pytest.raises(RuntimeError, match="exploded"):
-            await scheduler.translate("en-de", [engine.tokenize("a b")], DecodeOptions())
-        result = await scheduler.translate("en-de", [engine.tokenize("c d")], DecodeOptions())
-        return result[0].text
+    async def main() -> list[str]:
+        first = [engine.tokenize(words(5, f"a{i}_")) for i in range(3)]
+        running = asyncio.create_task(scheduler.translate("en-de", first, DecodeOptions()))
+        await asyncio.sleep(0.005)
+        faults.fail_steps = 1  # one transient failure, mid-decode
+        second = scheduler.translate("en-de", [engine.tokenize("c d")], DecodeOptions())
+        results = await asyncio.gather(running, second)
+        return [t.text for r in results for t in r]
 
-    assert asyncio.run(main()) == "C D"
+    assert asyncio.run(main()) == [words(5, f"a{i}_").upper() for i in range(3)] + ["C D"]
+    assert faults.steps_failed == 1
+    sample = metrics.registry.get_sample_value
+    assert sample("translate_step_failures_total", {"pair": "en-de"}) == 1
+    assert sample("translate_sentences_total", {"pair": "en-de", "outcome": "retried"}) >= 1
+    assert sample("translate_sentences_total", {"pair": "en-de", "outcome": "failed"}) == 0
+    assert scheduler.healthy_workers == 1
     scheduler.stop()
 
 
-def test_a_dead_scheduler_thread_fails_everything_loudly() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_poison_sentence_fails_only_its_request(
+    workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = with_replicas(FakeEngine(step_s=0.002), workers)
+    poison = engine.tokenize("poison pill")
+    faults = Faults(poison=poison)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
+    texts = [words(1 + i % 7, f"r{i}_") for i in range(30)]
+
+    async def one(i: int) -> object:
+        await asyncio.sleep(0.001 * (i % 5))
+        sources = [engine.tokenize(texts[i])]
+        if i == 7:
+            sources.append(poison)  # one request carries it, beside an innocent sentence
+        try:
+            result = await scheduler.translate(
+                "en-de", sources, DecodeOptions(), request_id=f"req{i}"
+            )
+        except TranslationFailed as exc:
+            return exc
+        return result[0].text
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(one(i) for i in range(len(texts))))
+
+    with caplog.at_level("ERROR", logger="service.scheduler"):
+        outcomes = asyncio.run(main())
+    failed = outcomes[7]
+    assert isinstance(failed, TranslationFailed)
+    assert (failed.request_id, failed.index) == ("req7", 1)
+    assert [o for i, o in enumerate(outcomes) if i != 7] == [
+        t.upper() for i, t in enumerate(texts) if i != 7
+    ]
+    sample = metrics.registry.get_sample_value
+    assert sample("translate_sentences_total", {"pair": "en-de", "outcome": "failed"}) == 1
+    assert sample("translate_step_failures_total", {"pair": "en-de"}) >= 2
+    assert "req7" in caplog.text  # the log names the request that failed
+    assert scheduler.wait_idle(2) and scheduler.healthy_workers == workers
+    scheduler.stop()
+
+
+def test_a_request_given_up_while_its_sentences_are_retried_frees_them() -> None:
+    faults = Faults()
     engine = FakeEngine(step_s=0.005)
-    scheduler = make_scheduler(engine)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
 
-    def broken_remove(key: Hashable) -> None:
-        raise RuntimeError("bug in the scheduler's bookkeeping")
-
-    async def main() -> tuple[object, object]:
+    async def main() -> tuple[object, str]:
         loop = asyncio.get_running_loop()
-        lane = scheduler._workers[0].lanes["en-de"]
-        lane.batch.remove = broken_remove  # type: ignore[method-assign]
+        sources = [engine.tokenize(words(30, f"g{i}_")) for i in range(4)]
+        expiring = asyncio.ensure_future(scheduler.translate(
+            "en-de", sources, DecodeOptions(), loop.time() + 0.1
+        ))
+        await asyncio.sleep(0.02)
+        faults.fail_steps = 1  # all four go to be retried alone, one after another
+        outcome = (await asyncio.gather(expiring, return_exceptions=True))[0]
+        later = await scheduler.translate("en-de", [engine.tokenize("x y")], DecodeOptions())
+        return outcome, later[0].text
+
+    outcome, later = asyncio.run(main())
+    assert isinstance(outcome, DeadlineExceeded)
+    assert later == "X Y"
+    assert scheduler.wait_idle(2) and scheduler.in_flight == 0
+    dropped = metrics.registry.get_sample_value(
+        "translate_sentences_total", {"pair": "en-de", "outcome": "dropped"}
+    )
+    assert dropped == 4  # the one being retried and the three waiting for their turn
+    scheduler.stop()
+
+
+def test_a_worker_that_dies_is_restarted() -> None:
+    faults = Faults()
+    engine = FakeEngine(step_s=0.005)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
+
+    async def main() -> tuple[object, object, str]:
+        loop = asyncio.get_running_loop()
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.fail_removes = 1  # the expiring request's removal kills the worker
         expiring = scheduler.translate(
             "en-de", [engine.tokenize(words(40))], DecodeOptions(), loop.time() + 0.03
         )
-        waiting = scheduler.translate("en-de", [engine.tokenize(words(40))], DecodeOptions())
-        return tuple(await asyncio.gather(expiring, waiting, return_exceptions=True))
+        running = scheduler.translate("en-de", [engine.tokenize(words(40))], DecodeOptions())
+        outcomes = await asyncio.gather(expiring, running, return_exceptions=True)
+        later = await scheduler.translate("en-de", [engine.tokenize("x y")], DecodeOptions())
+        return outcomes[0], outcomes[1], later[0].text
 
-    expiring, waiting = asyncio.run(main())
+    expiring, running, later = asyncio.run(main())
     assert isinstance(expiring, DeadlineExceeded)
-    assert isinstance(waiting, SchedulerFailed)  # answered, not left hanging
-    assert scheduler.failed and not scheduler.accepting
+    assert isinstance(running, WorkerRestarted)  # answered, not left hanging
+    assert later == "X Y"  # served by the new worker
+    assert not scheduler.failed and scheduler.accepting and scheduler.healthy_workers == 1
+    assert metrics.registry.get_sample_value("translate_worker_failures_total") == 1
+    scheduler.stop()
+
+
+def test_a_worker_that_keeps_failing_fails_the_scheduler() -> None:
+    faults = Faults()
+    engine = FakeEngine(step_s=0.001)
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)})
+    scheduler.start()
+
+    async def main() -> list[object]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.fail_steps = 10**6  # the replica is broken for good
+        outcomes = []
+        for i in range(20):
+            try:
+                await scheduler.translate("en-de", [engine.tokenize(f"q{i}")], DecodeOptions())
+                outcomes.append("ok")
+            except (TranslationFailed, WorkerRestarted, SchedulerFailed) as exc:
+                outcomes.append(exc)
+            if scheduler.failed:
+                break
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert "ok" not in outcomes
+    assert scheduler.failed and not scheduler.accepting and scheduler.healthy_workers == 0
 
     async def later() -> None:
         with pytest.raises(SchedulerFailed):
@@ -586,3 +764,36 @@ def test_concurrent_requests_match_offline_translation(
     for got, want in zip(results, expected, strict=True):
         assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in want.hypotheses]
         assert got.score == pytest.approx(want.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_poison_sentence_spares_concurrent_requests_on_the_real_engine(
+    engine: Engine, tiny_bundle: Path, workers: int
+) -> None:
+    sentences = fixture_sentences()[:24]
+    poisoned = 5
+    options = DecodeOptions(beam_size=2)
+    expected = engine.translate(sentences, beam_size=2)
+    served = engine if workers == 1 else Engine(tiny_bundle, device="cpu", threads=2, workers=2)
+    faults = Faults(poison=engine.tokenize(sentences[poisoned]))
+    scheduler = make_scheduler(FaultyEngine(served, faults), max_batch_tokens=600)
+
+    async def one(i: int) -> object:
+        await asyncio.sleep(0.002 * (i % 7))  # staggered: sentences join a running batch
+        try:
+            sources = [engine.tokenize(sentences[i])]
+            return (await scheduler.translate("en-de", sources, options))[0]
+        except TranslationFailed as exc:
+            return exc
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(one(i) for i in range(len(sentences))))
+
+    results = asyncio.run(main())
+    scheduler.stop()
+    assert faults.steps_failed >= 2  # its batch's step, and its own retry
+    assert isinstance(results[poisoned], TranslationFailed)
+    for i, (got, want) in enumerate(zip(results, expected, strict=True)):
+        if i != poisoned:
+            assert isinstance(got, Translation), (i, got)
+            assert got.hypotheses[0].token_ids == want.hypotheses[0].token_ids

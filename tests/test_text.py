@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from service.text import Segmented, chunk, split_long, split_sentences
+from service.text import Segmented, chunk, estimate_sentences, split_long, split_sentences
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
 
 
 def words_plus_eos(text: str) -> int:
@@ -165,3 +169,21 @@ def test_chunk_calls_the_counter_a_logarithmic_number_of_times() -> None:
 
     chunk(" ".join(["w"] * 1000), 101, counting)
     assert calls < 10 * 20  # 10 pieces, a binary search each
+
+
+def test_the_sentence_estimate_is_not_below_the_split() -> None:
+    texts = [
+        "",
+        "  \n ",
+        "Hello world.",
+        'Mr. Smith went. He said: "Hi." Then\nleft',
+        "First para.\n\n  Second one! Third?\tFourth…",
+        "第一。第二！第三",
+        "line\u2028break and e.g. this. And i.e. that.",
+        "1. one\n2. two\nIV. Results",
+        *FIXTURE.read_text(encoding="utf-8").splitlines(),
+    ]
+    for text in texts:
+        assert estimate_sentences(text) >= len(split_sentences(text).pieces), repr(text)
+    assert estimate_sentences("One. Two. Three.") == 3
+    assert estimate_sentences("  ") == 0

@@ -166,6 +166,9 @@ def _finite_or_minus_inf(value: float) -> float:
 
 
 CANDIDATE_MARGINS = (4.0, 8.0)  # nats below the best total, tried in turn
+# More entries than this within a margin (a flat distribution over a large vocabulary) cost more
+# to sort than a partition per row costs to find a tighter cut-off.
+CANDIDATE_SORT_LIMIT = 4096
 
 
 def top_candidates(
@@ -178,16 +181,20 @@ def top_candidates(
     after the decoder. Next-token distributions are peaked, so few entries come within a
     margin of the best total and one vectorised comparison finds them; the margins cover most
     steps (docs/benchmarks.md). When even the widest admits fewer than ``count`` (rows so peaked
-    that a wider margin would admit thousands of entries to sort), each row's ``count``-th best
-    log-prob from a partition sets the cut-off: the best row alone then puts ``count`` entries
-    over it. ``row_max`` is ``log_probs.max(axis=1)`` when the caller has it already. Every pair
-    above the cut-off is a candidate, so the best ``count`` of them are the best overall."""
+    that a wider margin would admit thousands of entries to sort), or a margin admits more than
+    ``CANDIDATE_SORT_LIMIT`` (rows nearly flat over a large vocabulary), each row's
+    ``count``-th best log-prob from a partition sets the cut-off: the best row alone then puts
+    ``count`` entries over it. ``row_max`` is ``log_probs.max(axis=1)`` when the caller has it
+    already. Every pair above the cut-off is a candidate, so the best ``count`` of them are the
+    best overall."""
     if row_max is None:
         row_max = log_probs.max(axis=1)
     row_best = scores + row_max
     best = float(row_best.max())
     vocab = log_probs.shape[1]
-    for margin in (*CANDIDATE_MARGINS, None):
+    margins = [*CANDIDATE_MARGINS, None]
+    while margins:
+        margin = margins.pop(0)
         if margin is not None:
             cutoff = best - margin
         elif count <= vocab:
@@ -200,7 +207,9 @@ def top_candidates(
         limits = np.where(row_best >= cutoff, cutoff - scores, np.inf).astype(np.float32)
         # flatnonzero and a divmod: numpy's 2-D nonzero is 13x slower on such a block.
         beams, tokens = np.divmod(np.flatnonzero(log_probs >= limits[:, None]), vocab)
-        if len(beams) >= count:
+        if len(beams) > CANDIDATE_SORT_LIMIT and margin is not None:
+            margins = [None]  # too many to sort: the partition's cut-off admits fewer
+        elif len(beams) >= count:
             break
     totals = scores[beams] + log_probs[beams, tokens].astype(np.float64)
     order = np.lexsort((tokens, beams, -totals))[:count]  # ties: lower beam, then lower token

@@ -371,6 +371,22 @@ def test_beam_candidates_are_the_exact_top_of_the_whole_block(temperature: float
         assert totals == flat[expected].tolist()
 
 
+def test_beam_candidates_over_a_flat_large_vocabulary_are_exact() -> None:
+    """Nearly flat rows of an Opus-MT-sized vocabulary put tens of thousands of entries within
+    any margin: the partition's cut-off must give the same exact top."""
+    rng = np.random.default_rng(7)
+    for width in (1, 4):
+        logits = rng.standard_normal((width, 58101)) * 0.1
+        log_probs = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
+        scores = rng.uniform(-2, 0, width)
+        count = 2 * width
+        beams, tokens, totals = top_candidates(scores, log_probs, count)
+        flat = (scores[:, None] + log_probs.astype(np.float64)).ravel()
+        expected = np.lexsort((np.arange(flat.size), -flat))[:count]
+        assert [b * 58101 + t for b, t in zip(beams, tokens, strict=True)] == expected.tolist()
+        assert totals == flat[expected].tolist()
+
+
 def test_length_groups_split_only_where_the_padding_saved_outweighs_a_call() -> None:
     assert length_groups([20] * 10) == [slice(0, 10)]
     assert length_groups([]) == [slice(0, 0)]

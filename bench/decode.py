@@ -2,6 +2,13 @@
 
     python bench/decode.py --checkpoint CKPT --bundle BUNDLE --test TEST.tsv \
         [--sentences 256] [--rounds 3] [--threads 2] [--batch-sizes 1,8,32] [--max-length 128]
+    python bench/decode.py --import SOURCE --test TEST.tsv [...]
+
+``--import`` takes a model in a format ``translate-train import`` reads (a MarianMT
+directory, e.g. one ``bench/random_marian.py`` builds at Opus-MT's size, or a CTranslate2
+directory), imports it (fp32 and int8, calibrated on TEST.tsv) and compares ours with
+CTranslate2 on its weights: converted by ctranslate2's own converter from a MarianMT
+directory, or the CTranslate2 directory itself. The torch paths are left out there.
 
 Engines, all on the same weights and the first ``--sentences`` source sentences of TEST.tsv:
 
@@ -50,13 +57,12 @@ if str(ROOT) not in sys.path:
 
 import ctranslate2  # noqa: E402
 import onnxruntime  # noqa: E402
-import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402
 
 from bench.ctranslate2_convert import convert  # noqa: E402
 from service.bundle import load_bundle  # noqa: E402
 from service.decoding import NEG_INF, DecodeOptions, Engine  # noqa: E402
-from training.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from training.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
 from training.export import load_checkpoint  # noqa: E402
 
 Outputs = list[list[int]]
@@ -285,7 +291,8 @@ def thread_layouts(threads: int) -> list[tuple[int, int]]:
 
 
 def ct2_runners(
-    model_dir: Path, compute_type: str, tokens: list[list[str]], sp, threads: int, max_length: int
+    model_dir: Path, compute_type: str, tokens: list[list[str]], to_id: Callable[[str], int],
+    threads: int, max_length: int, suppress: list[list[str]],
 ) -> list[Runner]:
     runners = []
     for inter, intra in thread_layouts(threads):
@@ -306,9 +313,9 @@ def ct2_runners(
                 min_decoding_length=0,  # ours may emit EOS first; CT2's default is 1
                 disable_unk=False,
                 # Our decoder step masks PAD and BOS; CTranslate2 would emit them otherwise.
-                suppress_sequences=[["<pad>"], ["<s>"]],
+                suppress_sequences=suppress or None,
             )
-            return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+            return [[to_id(p) for p in r.hypotheses[0]] for r in results]
 
         family = f"ct2 {'fp32' if compute_type == 'float32' else compute_type}"
         runners.append(Runner(f"{family} {inter}x{intra}", family, run, f"{inter}x{intra}"))
@@ -359,8 +366,10 @@ def _load_sentences(path: Path, count: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--checkpoint", help="our training checkpoint (with --bundle)")
+    parser.add_argument("--bundle", help="its exported bundle")
+    parser.add_argument("--import", dest="source", type=Path,
+                        help="a model to import and compare with CTranslate2 (see above)")
     parser.add_argument("--test", required=True, help="TSV; the source column is translated")
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
@@ -396,6 +405,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ct2-dir", help="keep the converted CTranslate2 model here")
     args = parser.parse_args(argv)
+    if not args.source and not (args.checkpoint and args.bundle):
+        parser.error("give --checkpoint and --bundle, or --import")
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        return _main(args, Path(scratch))
+
+
+def _imported(source: Path, scratch: Path, calibration: Path) -> tuple[Path, Path]:
+    """(our bundle of ``source``, CTranslate2's model of the same weights)."""
+    from ctranslate2.converters import TransformersConverter
+
+    from training.importers import hf_marian, import_model
+
+    bundle = import_model(source, scratch / "bundle", int8=True, calibration=calibration,
+                          default_variant="fp32", source_lang="xx", target_lang="yy")
+    if not hf_marian.recognise(source):
+        return bundle, source
+    return bundle, Path(TransformersConverter(str(source)).convert(str(scratch / "ct2")))
+
+
+def _main(args: argparse.Namespace, scratch: Path) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     searches = [1, args.beam]
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -403,11 +432,20 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
 
     # -- inputs ---------------------------------------------------------------------------
-    model, checkpoint = load_checkpoint(args.checkpoint)
-    config = model.config
-    sp = spm.SentencePieceProcessor(model_file=str(checkpoint["vocab"]))
+    if args.source:
+        bundle, ct2_dir = _imported(args.source, scratch, Path(args.test))
+        model = None  # the torch paths speak our own special ids: left out
+        skip |= {"torch kv-cache", "torch no-cache"}
+        suppress: list[list[str]] = []
+    else:
+        bundle, ct2_dir = Path(args.bundle), None
+        model = load_checkpoint(args.checkpoint)[0]
+        suppress = [["<pad>"], ["<s>"]]
+    manifest = load_bundle(bundle).manifest
+    config = ModelConfig(**{k: v for k, v in manifest["model"].items() if k != "head_dim"})
     # Every engine gets exactly the ids ours encodes (input normalisation included).
-    engine = Engine(args.bundle, device="cpu", threads=args.threads, variant="fp32")
+    engine = Engine(bundle, device="cpu", threads=args.threads, variant="fp32")
+    vocabulary = engine.vocabulary
     sentences = [
         s
         for s in _load_sentences(Path(args.test), args.sentences * 2)
@@ -421,11 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         min(args.max_length, int(ratio * len(ids)) + 10, config.max_positions - 1)
         for ids in sources
     ]
-    pieces = [[sp.id_to_piece(i) for i in ids] for ids in sources]
+    pieces = [[vocabulary.source_piece(i) for i in ids] for ids in sources]
 
     # -- engines --------------------------------------------------------------------------
     runners: list[Runner] = []
-    variants = load_bundle(args.bundle).manifest["variants"]
+    variants = manifest["variants"]
     # The same workers x threads layouts as CTranslate2's (see ct2_runners); the fastest counts.
     for variant in ("fp32", "int8"):
         if variant in variants and f"ours {variant}" not in skip:
@@ -433,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                 reuse = engine if (variant, workers, threads) == ("fp32", 1, args.threads) else None
                 runners.append(
                     ours_runner(
-                        Path(args.bundle),
+                        bundle,
                         variant,
                         sentences,
                         threads,
@@ -444,57 +482,56 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
     for cached in (True, False):
-        runner = torch_runner(model, sources, limits, cached)
-        if runner.family not in skip:
-            runners.append(runner)
-    with tempfile.TemporaryDirectory(prefix="ct2-") as scratch:
+        if model is not None and ("torch kv-cache" if cached else "torch no-cache") not in skip:
+            runners.append(torch_runner(model, sources, limits, cached))
+    if ct2_dir is None:
         ct2_dir = convert(args.checkpoint, Path(args.ct2_dir or scratch) / "model")
-        for compute_type, family in (("float32", "ct2 fp32"), ("int8", "ct2 int8")):
-            if family not in skip:
-                runners += ct2_runners(
-                    ct2_dir, compute_type, pieces, sp, args.threads, args.max_length
-                )
+    for compute_type, family in (("float32", "ct2 fp32"), ("int8", "ct2 int8")):
+        if family not in skip:
+            runners += ct2_runners(ct2_dir, compute_type, pieces, vocabulary.target_id,
+                                   args.threads, args.max_length, suppress)
 
-        print(
-            f"# decode benchmark\n\nmodel: d_model {config.d_model}, d_ff {config.d_ff}, "
-            f"heads {config.heads}, layers {config.encoder_layers}+{config.decoder_layers}, "
-            f"vocab {config.vocab_size}, pre_norm {config.pre_norm}; checkpoint "
-            f"{args.checkpoint}; bundle {args.bundle}\n"
-            f"{len(sentences)} sentences of {args.test} ({sum(map(len, sources))} source tokens "
-            f"with EOS); max_length {args.max_length} (+ ratio {ratio} for ours/torch); "
-            f"{args.rounds} rounds; {args.clock} clock; threads {args.threads} (torch "
-            f"{torch.get_num_threads()})\n"
-            f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-            f"load average before {load_before[0]:.2f}; torch {torch.__version__}, "
-            f"onnxruntime {onnxruntime.__version__}, ctranslate2 {ctranslate2.__version__}",
-            flush=True,
-        )
-        for runner in runners:  # warm-up: sessions, allocators, OpenMP pools
-            runner.run(8, 1)
+    print(
+        f"# decode benchmark\n\nmodel: d_model {config.d_model}, d_ff {config.d_ff}, "
+        f"heads {config.heads}, layers {config.encoder_layers}+{config.decoder_layers}, "
+        f"vocab {config.vocab_size}, pre_norm {config.pre_norm}, activation "
+        f"{config.activation}; checkpoint {args.checkpoint or '-'}; bundle {bundle}"
+        f"{f' (imported from {args.source})' if args.source else ''}\n"
+        f"{len(sentences)} sentences of {args.test} ({sum(map(len, sources))} source tokens "
+        f"with EOS); max_length {args.max_length} (+ ratio {ratio} for ours/torch); "
+        f"{args.rounds} rounds; {args.clock} clock; threads {args.threads} (torch "
+        f"{torch.get_num_threads()})\n"
+        f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average before {load_before[0]:.2f}; torch {torch.__version__}, "
+        f"onnxruntime {onnxruntime.__version__}, ctranslate2 {ctranslate2.__version__}",
+        flush=True,
+    )
+    for runner in runners:  # warm-up: sessions, allocators, OpenMP pools
+        runner.run(8, 1)
 
-        # -- measure: for each configuration, round r runs every engine once ---------------
-        results: dict[tuple[str, int, int], Measure] = {}
-        for batch in batch_sizes:
-            for beam in searches:
-                for round_index in range(args.rounds):
-                    for runner in runners:
-                        started = clock()
-                        outputs = runner.run(batch, beam)
-                        elapsed = clock() - started
-                        if outputs is None:
-                            continue
-                        measure = results.setdefault((runner.name, batch, beam), Measure())
-                        measure.seconds.append(elapsed)
-                        if round_index == 0:
-                            measure.outputs = outputs
-                            measure.tokens = sum(map(len, outputs))
-                        print(
-                            f"  batch {batch:>2} beam {beam} round {round_index + 1}: "
-                            f"{runner.name:<18} {elapsed:7.2f} s",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-        load_after = os.getloadavg()
+    # -- measure: for each configuration, round r runs every engine once ---------------
+    results: dict[tuple[str, int, int], Measure] = {}
+    for batch in batch_sizes:
+        for beam in searches:
+            for round_index in range(args.rounds):
+                for runner in runners:
+                    started = clock()
+                    outputs = runner.run(batch, beam)
+                    elapsed = clock() - started
+                    if outputs is None:
+                        continue
+                    measure = results.setdefault((runner.name, batch, beam), Measure())
+                    measure.seconds.append(elapsed)
+                    if round_index == 0:
+                        measure.outputs = outputs
+                        measure.tokens = sum(map(len, outputs))
+                    print(
+                        f"  batch {batch:>2} beam {beam} round {round_index + 1}: "
+                        f"{runner.name:<18} {elapsed:7.2f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    load_after = os.getloadavg()
 
     report(args, runners, results, batch_sizes, searches, sentences, limits)
     print(f"\nload average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
@@ -624,8 +661,9 @@ def report(args, runners, results, batch_sizes, searches, sentences, limits) -> 
             )
     # PAD and BOS are masked in our decoder step; seeing them means a stale export or a
     # conversion that lost the mask.
+    never = (PAD_ID, BOS_ID) if not args.source else ()  # an import's ids are its own
     for (name, batch, beam), m in sorted(results.items()):
-        bad = sum(any(t in (PAD_ID, BOS_ID) for t in ids) for ids in m.outputs or [])
+        bad = sum(any(t in never for t in ids) for ids in m.outputs or [])
         if bad:
             print(f"  WARNING: {name} batch {batch} beam {beam}: {bad} outputs contain PAD/BOS")
 

@@ -33,6 +33,7 @@ class Vocabulary:
         self.source_pieces, self.target_pieces = source_pieces, target_pieces
         self._source_ids = ({piece: i for i, piece in enumerate(source_pieces)}
                             if source_pieces is not None else None)
+        self._target_ids: dict[str, int] | None = None  # built when first needed
         self.target_languages = dict(target_languages or {})
         self._language_ids = {lang: self._piece_id(token)
                               for lang, token in self.target_languages.items()}
@@ -72,6 +73,20 @@ class Vocabulary:
             ids.insert(0, self._language_ids[target_lang])
         ids.append(self.eos_id)
         return ids
+
+    def source_piece(self, token: int) -> str:
+        """The source piece of id ``token``."""
+        if self.source_pieces is None:
+            return self.source.id_to_piece(token)
+        return self.source_pieces[token]
+
+    def target_id(self, piece: str) -> int:
+        """The id of target piece ``piece`` (the unknown id when it has none)."""
+        if self.target_pieces is None:
+            return self.target.piece_to_id(piece)
+        if self._target_ids is None:
+            self._target_ids = {p: i for i, p in enumerate(self.target_pieces)}
+        return self._target_ids.get(piece, self.unk_id)
 
     def piece(self, token: int) -> str:
         """The target piece of id ``token``."""

@@ -1,4 +1,4 @@
-"""Routes only: HTTP in, sentences to the scheduler, translations out.
+"""Routes only: HTTP in, texts to the Translator (``service.translator``), results out.
 
 Everything a route needs lives in ``ServiceState`` on ``app.state.service``, filled by the
 lifespan in ``service.main``; routes read it through ``Depends(get_state)``.
@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
-import math
 import os
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -22,12 +22,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.decoding import Engine
 from service.errors import ApiError, from_validation_errors
 from service.metrics import Metrics
 from service.ratelimit import OverCharLimit, RateLimited, RateLimiter
 from service.scheduler import (
-    Admission,
     DeadlineExceeded,
     QueueFull,
     RequestTooLarge,
@@ -49,12 +48,17 @@ from service.schemas import (
     TranslationResult,
 )
 from service.settings import Settings
-from service.text import Segmented, estimate_sentences, split_long, split_sentences
+from service.translator import (
+    InvalidOption,
+    Pair,
+    TranslateOptions,
+    Translator,
+    fixed_options,
+    pair_label,
+)
 
-Pair = tuple[str, str]
 T = TypeVar("T")
 DEFAULT_PAIR: Pair = ("en", "de")  # the tie-breaker when several loaded pairs would fit
-_INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's X-Request-ID we log as is
 # Ids made here: the process and a count, unique across replicas of the service without the
 # ~7 us of a uuid4.
@@ -70,6 +74,7 @@ class ServiceState:
     error: str | None = None
     engines: dict[Pair, Engine] = field(default_factory=dict)
     scheduler: Scheduler | None = None
+    translator: Translator | None = None
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
     limiter: RateLimiter = field(init=False)
@@ -102,10 +107,6 @@ class ServiceState:
             drain = self.scheduler.drain(self.settings.shutdown_grace_s)
             self.drained = asyncio.ensure_future(drain)
         return self.drained
-
-
-def pair_label(pair: Pair) -> str:
-    return f"{pair[0]}-{pair[1]}"
 
 
 # Dependencies are coroutines: FastAPI runs a plain ``def`` dependency in its thread pool, two
@@ -226,8 +227,7 @@ async def translate(request: Request, state: State) -> TranslateResponse:
 
 
 async def _translate(request: Request, state: State, request_id: str) -> TranslateResponse:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + state.settings.request_timeout_s
+    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     settings = state.settings
     body = await _read_body(request, _body_limit(settings))
     # Parsed here rather than by FastAPI so that any content type is accepted (curl -d sends
@@ -235,41 +235,43 @@ async def _translate(request: Request, state: State, request_id: str) -> Transla
     payload = _parse(body)
     texts = [payload.text] if isinstance(payload.text, str) else payload.text
     _check_texts(texts, isinstance(payload.text, str), settings)
-    overrides = _decode_options(payload, settings)
+    options = TranslateOptions(
+        beam_size=payload.beam_size, max_length=payload.max_length,
+        no_repeat_ngram_size=payload.no_repeat_ngram_size,
+        num_alternatives=payload.num_alternatives, return_scores=payload.return_scores)
+    with _invalid_option():
+        fixed_options(options, settings)  # a bad request is refused before any other work
     _require_ready(state)
     pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
-    engine = state.engines[pair]
-    options = engine.options(**overrides)  # the rest: the bundle's recommended decoding
-    chars = sum(map(len, texts))
-    _take_rate(state, request, chars)
-    assert state.scheduler is not None  # ready implies a scheduler
-    # Admitted (or refused) by its estimated sentence count before any splitting or
-    # tokenising: a refused request costs next to nothing.
-    admission = _admit(state.scheduler, pair, sum(map(estimate_sentences, set(texts))))
+    _take_rate(state, request, sum(map(len, texts)))
+    assert state.translator is not None  # ready implies a translator
+    work = state.translator.translate(texts, pair, options, deadline=deadline,
+                                      request_id=request_id)
     try:
-        if chars <= _INLINE_CHARS:
-            prepared = prepare_texts(texts, engine, pair[1])
-        else:
-            prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1])
-        # Repeated sentences (boilerplate, list items) are decoded once.
-        unique: dict[tuple[int, ...], int] = {}
-        for _, sources in prepared:
-            for ids in sources:
-                unique.setdefault(tuple(ids), len(unique))
-        work = _run(state.scheduler, pair, list(unique), options, deadline, admission, request_id)
-        translations = await _unless_disconnected(request, work)
-    finally:
-        state.scheduler.release(admission)  # what the sentences did not take
-    results = [
-        assemble(
-            segmented,
-            [translations[unique[tuple(ids)]] for ids in sources],
-            payload.num_alternatives,
-            payload.return_scores,
-        )
-        for segmented, sources in prepared
-    ]
-    return TranslateResponse(translations=results, source_lang=pair[0], target_lang=pair[1])
+        results = await _unless_disconnected(request, work)
+    except SchedulerError as exc:
+        raise _scheduler_error(exc) from None
+    return TranslateResponse(
+        translations=[
+            TranslationResult(
+                text=result.text,
+                score=result.score,
+                alternatives=None if result.alternatives is None else
+                [Alternative(text=text, score=score) for text, score in result.alternatives],
+            )
+            for result in results
+        ],
+        source_lang=pair[0],
+        target_lang=pair[1],
+    )
+
+
+@contextmanager
+def _invalid_option() -> Iterator[None]:
+    try:
+        yield
+    except InvalidOption as exc:
+        raise ApiError(422, "invalid_field", str(exc), exc.field) from None
 
 
 def _require_ready(state: ServiceState) -> None:
@@ -391,43 +393,6 @@ def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None
         )
 
 
-def _decode_options(payload: TranslateRequest, settings: Settings) -> dict[str, Any]:
-    """The decoding options the request and the settings fix, validated against the limits;
-    the engine fills in the rest from its bundle."""
-    wanted = payload.num_alternatives + 1
-    if payload.beam_size is not None and payload.beam_size > settings.max_beam:
-        raise ApiError(
-            422, "invalid_field", f"beam_size must be at most {settings.max_beam}.", "beam_size"
-        )
-    beam = payload.beam_size or max(settings.default_beam, min(wanted, settings.max_beam))
-    if wanted > beam:
-        raise ApiError(
-            422,
-            "invalid_field",
-            f"num_alternatives must be less than beam_size ({beam}); "
-            f"at most {settings.max_beam - 1} with MAX_BEAM={settings.max_beam}.",
-            "num_alternatives",
-        )
-    if payload.max_length is not None and payload.max_length > settings.max_length:
-        raise ApiError(
-            422,
-            "invalid_field",
-            f"max_length must be at most {settings.max_length}.",
-            "max_length",
-        )
-    options: dict[str, Any] = {
-        "beam_size": beam,
-        "max_length": payload.max_length or settings.max_length,
-        "num_hypotheses": wanted,
-    }
-    no_repeat = payload.no_repeat_ngram_size
-    if no_repeat is None:
-        no_repeat = settings.no_repeat_ngram_size
-    if no_repeat is not None:
-        options["no_repeat_ngram_size"] = no_repeat
-    return options
-
-
 def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any]) -> Pair:
     """The loaded pair a request means. Omitted languages are inferred when only one loaded
     pair fits, and default to en and de when several do."""
@@ -460,25 +425,6 @@ def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any
     )
 
 
-def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
-                  ) -> list[tuple[Segmented, list[list[int]]]]:
-    """Each text's segmentation and the token ids of its pieces, every piece short enough for
-    the model (sentences longer than its positions are split, never cut)."""
-    cache: dict[str, list[int]] = {}
-
-    def tokenize(piece: str) -> list[int]:
-        if piece not in cache:
-            cache[piece] = engine.tokenize(piece, target_lang)
-        return cache[piece]
-
-    prepared = []
-    for text in texts:
-        segmented = split_sentences(text)
-        segmented = split_long(segmented, engine.max_source_tokens, lambda p: len(tokenize(p)))
-        prepared.append((segmented, [tokenize(piece) for piece in segmented.pieces]))
-    return prepared
-
-
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``, abandoning it if the client hangs up first: a client that gave up (and
     perhaps retries) must not keep its sentences in the batch until the deadline."""
@@ -499,35 +445,6 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     if task not in done:
         raise ApiError(499, "client_closed_request", "The client closed the connection.")
     return task.result()
-
-
-def _admit(scheduler: Scheduler, pair: Pair, sentences: int) -> Admission:
-    try:
-        return scheduler.admit(pair_label(pair), sentences)
-    except SchedulerError as exc:
-        raise _scheduler_error(exc) from None
-
-
-async def _run(
-    scheduler: Scheduler,
-    pair: Pair,
-    sources: list[tuple[int, ...]],
-    options: DecodeOptions,
-    deadline: float,
-    admission: Admission,
-    request_id: str,
-) -> list[Translation]:
-    try:
-        return await scheduler.translate(
-            pair_label(pair),
-            sources,
-            options,
-            deadline,
-            admission=admission,
-            request_id=request_id,
-        )
-    except SchedulerError as exc:
-        raise _scheduler_error(exc) from None
 
 
 def _scheduler_error(exc: SchedulerError) -> ApiError:
@@ -576,38 +493,3 @@ def _scheduler_error(exc: SchedulerError) -> ApiError:
             "The translation did not finish within the request timeout; it was abandoned.",
         )
     return ApiError(500, "internal_error", str(exc))
-
-
-def assemble(
-    segmented: Segmented,
-    translations: Sequence[Translation],
-    num_alternatives: int,
-    return_scores: bool,
-) -> TranslationResult:
-    """One text's result: pieces' translations in the original layout, the token-weighted
-    mean score, and the k-th alternative built from each piece's k-th hypothesis."""
-    variants: list[tuple[str, float | None]] = []
-    for rank in range(num_alternatives + 1):
-        chosen = [t.hypotheses[min(rank, len(t.hypotheses) - 1)] for t in translations]
-        text = segmented.join([h.text for h in chosen])
-        if rank and any(text == seen for seen, _ in variants):
-            continue  # a piece ran out of hypotheses: this would repeat an earlier text
-        variants.append((text, _mean_score(chosen) if return_scores else None))
-    (text, score), alternatives = variants[0], variants[1:]
-    return TranslationResult(
-        text=text,
-        score=score,
-        alternatives=[Alternative(text=t, score=s) for t, s in alternatives]
-        if num_alternatives
-        else None,
-    )
-
-
-def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:
-    """Mean log-probability per token over a text's sentences. Not the search's own score,
-    which divides by length ** length_penalty: a client's threshold on this one must not move
-    when a bundle's recommended length penalty does."""
-    if not hypotheses:
-        return None
-    total = sum(h.log_prob for h in hypotheses) / sum(h.length for h in hypotheses)
-    return total if math.isfinite(total) else None  # -inf has no JSON spelling

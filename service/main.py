@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import Pair, ServiceState, pair_label, router
+from service.api import ServiceState, router
 from service.bundle import MANIFEST, discover_bundles
 from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
 from service.decoding import DecodeOptions, Engine
@@ -32,6 +32,7 @@ from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.scheduler import Scheduler
 from service.settings import Settings, settings_from_args
+from service.translator import Pair, Translator, pair_label
 
 log = logging.getLogger("service")
 
@@ -103,6 +104,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         )
         scheduler.start()
         state.scheduler = scheduler
+        state.translator = Translator(state.engines, scheduler, settings)
         for pair, engine in state.engines.items():
             sources = [engine.tokenize(WARMUP_SENTENCE, pair[1])]
             await scheduler.translate(pair_label(pair), sources, DecodeOptions(max_length=16))

@@ -835,25 +835,23 @@ def test_real_short_request_finishes_while_a_long_batch_runs(real_app: FastAPI) 
 
 
 def test_no_repeat_ngram_size_from_request_else_setting_else_the_bundle() -> None:
-    from service.api import _decode_options
-    from service.schemas import TranslateRequest
+    from service.translator import TranslateOptions, fixed_options
 
     settings = Settings(no_repeat_ngram_size=3)
-    assert _decode_options(TranslateRequest(text="a"), settings)["no_repeat_ngram_size"] == 3
-    request = TranslateRequest(text="a", no_repeat_ngram_size=0)
-    assert _decode_options(request, settings)["no_repeat_ngram_size"] == 0
+    assert fixed_options(TranslateOptions(), settings)["no_repeat_ngram_size"] == 3
+    request = TranslateOptions(no_repeat_ngram_size=0)
+    assert fixed_options(request, settings)["no_repeat_ngram_size"] == 0
     # Unset: the engine fills it in from its bundle's recommendation.
-    assert "no_repeat_ngram_size" not in _decode_options(TranslateRequest(text="a"), Settings())
+    assert "no_repeat_ngram_size" not in fixed_options(TranslateOptions(), Settings())
 
 
 def test_beam_size_from_request_else_the_setting() -> None:
-    from service.api import _decode_options
-    from service.schemas import TranslateRequest
+    from service.translator import TranslateOptions, fixed_options
 
-    assert _decode_options(TranslateRequest(text="a"), Settings())["beam_size"] == 2
-    assert _decode_options(TranslateRequest(text="a"), Settings(default_beam=1))["beam_size"] == 1
-    request = TranslateRequest(text="a", beam_size=4)
-    assert _decode_options(request, Settings(default_beam=1))["beam_size"] == 4
+    assert fixed_options(TranslateOptions(), Settings())["beam_size"] == 2
+    assert fixed_options(TranslateOptions(), Settings(default_beam=1))["beam_size"] == 1
+    request = TranslateOptions(beam_size=4)
+    assert fixed_options(request, Settings(default_beam=1))["beam_size"] == 4
     # Alternatives need a wider beam than the default: the beam grows to fit them.
-    request = TranslateRequest(text="a", num_alternatives=3)
-    assert _decode_options(request, Settings())["beam_size"] == 4
+    request = TranslateOptions(num_alternatives=3)
+    assert fixed_options(request, Settings())["beam_size"] == 4

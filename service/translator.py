@@ -1,0 +1,181 @@
+"""The centre of the service: texts in, translations out, in one call (as CTranslate2's
+``Translator.translate_batch``).
+
+``Translator.translate(texts, pair, options)`` owns everything a request's text goes through
+between an API shape and the scheduler: the decoding options (``resolve``: the request's, then
+the settings', then the bundle's recommendation, then ``DecodeOptions``' defaults, checked
+against the limits in one place), admission by a cheap estimate before any work, segmentation
+into sentences (overlong ones into pieces the model can take, never cut), tokenisation, one
+decoding of each repeated sentence, scheduling, and rejoining the translations in the original
+layout with scores and alternatives. Routes only map their request shape onto this call and
+its results back; HTTP concerns (bodies, keys, rate limits, disconnects, status codes) stay
+with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.scheduler import Scheduler
+from service.settings import Settings
+from service.text import Segmented, estimate_sentences, split_long, split_sentences
+
+Pair = tuple[str, str]
+_INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+
+
+def pair_label(pair: Pair) -> str:
+    return f"{pair[0]}-{pair[1]}"
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """What a caller may ask for, whatever API it speaks; None leaves it to the settings and
+    the bundle (``Translator.resolve``)."""
+
+    beam_size: int | None = None
+    max_length: int | None = None
+    no_repeat_ngram_size: int | None = None
+    num_alternatives: int = 0
+    return_scores: bool = False
+
+
+class InvalidOption(ValueError):
+    """An option outside the service's limits; ``field`` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TextResult:
+    """One text's translation; ``score`` is the mean log-probability per token (None unless
+    asked for), ``alternatives`` the next-best texts with theirs (None unless asked for)."""
+
+    text: str
+    score: float | None = None
+    alternatives: list[tuple[str, float | None]] | None = None
+
+
+def fixed_options(options: TranslateOptions, settings: Settings) -> dict[str, Any]:
+    """The decoding options a request and the settings fix, checked against the limits
+    (``InvalidOption``); the bundle's recommendation fills in the rest (``Translator.resolve``).
+    Cheap: routes call it first, to refuse a bad request before any other work."""
+    wanted = options.num_alternatives + 1
+    if options.beam_size is not None and options.beam_size > settings.max_beam:
+        raise InvalidOption("beam_size", f"beam_size must be at most {settings.max_beam}.")
+    # Alternatives need a wider beam than the default: the beam grows to fit them.
+    beam = options.beam_size or max(settings.default_beam, min(wanted, settings.max_beam))
+    if wanted > beam:
+        raise InvalidOption(
+            "num_alternatives",
+            f"num_alternatives must be less than beam_size ({beam}); "
+            f"at most {settings.max_beam - 1} with MAX_BEAM={settings.max_beam}.",
+        )
+    if options.max_length is not None and options.max_length > settings.max_length:
+        raise InvalidOption("max_length", f"max_length must be at most {settings.max_length}.")
+    fixed: dict[str, Any] = {"beam_size": beam, "num_hypotheses": wanted,
+                             "max_length": options.max_length or settings.max_length}
+    no_repeat = options.no_repeat_ngram_size
+    if no_repeat is None:
+        no_repeat = settings.no_repeat_ngram_size
+    if no_repeat is not None:
+        fixed["no_repeat_ngram_size"] = no_repeat
+    return fixed
+
+
+class Translator:
+    """Texts in, translations out, over the loaded engines (one per pair) and the scheduler
+    that batches every request's sentences together."""
+
+    def __init__(self, engines: dict[Pair, Engine], scheduler: Scheduler, settings: Settings):
+        self.engines = engines
+        self.scheduler = scheduler
+        self.settings = settings
+
+    def resolve(self, pair: Pair, options: TranslateOptions) -> DecodeOptions:
+        """The decoding options of a request: its own, else the settings', else the bundle's
+        recommendation, else ``DecodeOptions``' defaults."""
+        return self.engines[pair].options(**fixed_options(options, self.settings))
+
+    async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
+                        *, deadline: float, request_id: str = "") -> list[TextResult]:
+        """One result per text, in order. ``deadline`` is in the event loop's clock. Raises
+        ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal before any work
+        is done, or a failure)."""
+        decode = self.resolve(pair, options)
+        engine = self.engines[pair]
+        label = pair_label(pair)
+        # Admitted (or refused) by its estimated sentence count before any splitting or
+        # tokenising: a refused request costs next to nothing.
+        admission = self.scheduler.admit(label, sum(map(estimate_sentences, set(texts))))
+        try:
+            if sum(map(len, texts)) <= _INLINE_CHARS:
+                prepared = prepare_texts(texts, engine, pair[1])
+            else:
+                prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1])
+            # Repeated sentences (boilerplate, list items) are decoded once.
+            unique: dict[tuple[int, ...], int] = {}
+            for _, sources in prepared:
+                for ids in sources:
+                    unique.setdefault(tuple(ids), len(unique))
+            translations = await self.scheduler.translate(
+                label, list(unique), decode, deadline, admission=admission,
+                request_id=request_id)
+        finally:
+            self.scheduler.release(admission)  # what the sentences did not take
+        return [
+            assemble(segmented, [translations[unique[tuple(ids)]] for ids in sources],
+                     options.num_alternatives, options.return_scores)
+            for segmented, sources in prepared
+        ]
+
+
+def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
+                  ) -> list[tuple[Segmented, list[list[int]]]]:
+    """Each text's segmentation and the token ids of its pieces, every piece short enough for
+    the model (sentences longer than its positions are split, never cut)."""
+    cache: dict[str, list[int]] = {}
+
+    def tokenize(piece: str) -> list[int]:
+        if piece not in cache:
+            cache[piece] = engine.tokenize(piece, target_lang)
+        return cache[piece]
+
+    prepared = []
+    for text in texts:
+        segmented = split_sentences(text)
+        segmented = split_long(segmented, engine.max_source_tokens, lambda p: len(tokenize(p)))
+        prepared.append((segmented, [tokenize(piece) for piece in segmented.pieces]))
+    return prepared
+
+
+def assemble(segmented: Segmented, translations: Sequence[Translation], num_alternatives: int,
+             return_scores: bool) -> TextResult:
+    """One text's result: pieces' translations in the original layout, the token-weighted
+    mean score, and the k-th alternative built from each piece's k-th hypothesis."""
+    variants: list[tuple[str, float | None]] = []
+    for rank in range(num_alternatives + 1):
+        chosen = [t.hypotheses[min(rank, len(t.hypotheses) - 1)] for t in translations]
+        text = segmented.join([h.text for h in chosen])
+        if rank and any(text == seen for seen, _ in variants):
+            continue  # a piece ran out of hypotheses: this would repeat an earlier text
+        variants.append((text, _mean_score(chosen) if return_scores else None))
+    (text, score), alternatives = variants[0], variants[1:]
+    return TextResult(text, score, alternatives if num_alternatives else None)
+
+
+def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:
+    """Mean log-probability per token over a text's sentences. Not the search's own score,
+    which divides by length ** length_penalty: a client's threshold on this one must not move
+    when a bundle's recommended length penalty does."""
+    if not hypotheses:
+        return None
+    total = sum(h.log_prob for h in hypotheses) / sum(h.length for h in hypotheses)
+    return total if math.isfinite(total) else None  # -inf has no JSON spelling

@@ -43,6 +43,7 @@ class TranslateOptions:
     no_repeat_ngram_size: int | None = None
     num_alternatives: int = 0
     return_scores: bool = False
+    format: str = "text"  # "text" | "html"
 
 
 class InvalidOption(ValueError):
@@ -67,6 +68,8 @@ def fixed_options(options: TranslateOptions, settings: Settings) -> dict[str, An
     """The decoding options a request and the settings fix, checked against the limits
     (``InvalidOption``); the bundle's recommendation fills in the rest (``Translator.resolve``).
     Cheap: routes call it first, to refuse a bad request before any other work."""
+    if options.format != "text":
+        raise InvalidOption("format", f"{options.format} format is not supported")
     wanted = options.num_alternatives + 1
     if options.beam_size is not None and options.beam_size > settings.max_beam:
         raise InvalidOption("beam_size", f"beam_size must be at most {settings.max_beam}.")

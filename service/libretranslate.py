@@ -1,0 +1,261 @@
+"""LibreTranslate's API under ``/libretranslate`` (a client's base URL is
+``http://host:8000/libretranslate``): a thin adapter from its request and response shapes to
+``Translator.translate``.
+
+Field for field as LibreTranslate answers (its ``app.py``): ``POST /translate`` takes ``q`` (a
+string or a list), ``source`` (a code or ``auto``), ``target``, ``format`` (``text`` or
+``html``), ``alternatives`` and ``api_key`` from a JSON, form-encoded or query body, and
+answers ``translatedText`` (a string or a list, as ``q`` was), ``alternatives`` when asked for
+and ``detectedLanguage`` (``{confidence: 0-100, language}``, a list for a list) when the source
+was ``auto``. Errors are ``{"error": message}`` with its status codes: 400 for a bad request,
+403 for a wrong key, 429 ("Slowdown: ...") when the queue is full or a client over its limits.
+Multipart bodies (file translation) are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from service.api import (
+    ServiceState,
+    _body_limit,
+    _check_texts,
+    _read_body,
+    _request_id,
+    _require_ready,
+    _scheduler_error,
+    _take_rate,
+    _unless_disconnected,
+)
+from service.errors import ApiError
+from service.scheduler import SchedulerError
+from service.translator import InvalidOption, Pair, TranslateOptions, fixed_options
+
+router = APIRouter(prefix="/libretranslate", tags=["LibreTranslate-compatible"])
+
+# English names of the languages bundles commonly serve; any other code names itself.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
+    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
+    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi",
+    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
+    "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish",
+    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}
+
+
+class LibreTranslateError(Exception):
+    """An answer in LibreTranslate's error shape."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": str(self)}, self.status, headers=self.headers)
+
+
+def _from_api_error(exc: ApiError) -> LibreTranslateError:
+    """Our own refusals in LibreTranslate's words and codes."""
+    if exc.status == 429:
+        return LibreTranslateError(429, f"Slowdown: {exc.message}", exc.headers)
+    status = 400 if exc.status in (413, 422) else exc.status
+    return LibreTranslateError(status, exc.message, exc.headers)
+
+
+async def _fields(request: Request, state: ServiceState) -> dict[str, Any]:
+    """The request's fields from a JSON body, else a form-encoded body, else the query."""
+    body = await _read_body(request, _body_limit(state.settings))
+    fields: dict[str, Any] = dict(request.query_params)
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            parsed = json.loads(body or b"{}")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise LibreTranslateError(400, "Invalid JSON format") from None
+        if not isinstance(parsed, dict):
+            raise LibreTranslateError(400, "Invalid JSON format")
+        fields.update(parsed)
+    elif body:
+        try:
+            form = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+        except UnicodeDecodeError:
+            raise LibreTranslateError(400, "Invalid request: the body is not UTF-8") from None
+        # A repeated q (q=a&q=b) is a list, as LibreTranslate's JSON list is.
+        fields.update({k: v if k == "q" and len(v) > 1 else v[-1] for k, v in form.items()})
+    return fields
+
+
+def _check_key(state: ServiceState, fields: dict[str, Any]) -> None:
+    keys = state.settings.api_keys
+    if not keys:
+        return
+    given = str(fields.get("api_key") or "")
+    if not given:
+        raise LibreTranslateError(400, "Please contact the server operator to get an API key")
+    if not any([hmac.compare_digest(given.encode(), key.encode()) for key in keys]):
+        raise LibreTranslateError(403, "Invalid API key")
+
+
+def _name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def _detect(state: ServiceState, texts: Sequence[str], candidates: list[str],
+            ) -> tuple[str, float]:
+    """(language, confidence 0-100) among ``candidates``: the detector's best, or the only
+    candidate with confidence 0 when there is no detector to ask."""
+    detector: Callable[[Sequence[str], list[str]], list[tuple[str, float]]] | None = getattr(
+        state, "detect_languages", None)
+    if detector is not None and len(candidates) > 1:
+        ranked = detector(texts, candidates)
+        if ranked:
+            language, confidence = ranked[0]
+            return language, round(100 * confidence, 2)
+    return candidates[0], 0.0
+
+
+def _pair(state: ServiceState, source: str, target: str, texts: Sequence[str],
+          ) -> tuple[Pair, dict[str, Any] | None]:
+    """The loaded pair a request means and, for ``auto``, LibreTranslate's detectedLanguage."""
+    target = target.strip().lower()
+    sources = sorted({s for s, t in state.engines if t == target})
+    if not sources:
+        raise LibreTranslateError(400, f"{target} is not supported")
+    if source.strip().lower() == "auto":
+        language, confidence = _detect(state, texts, sources)
+        return (language, target), {"confidence": confidence, "language": language}
+    source = source.strip().lower()
+    if (source, target) not in state.engines:
+        if not any(s == source for s, _ in state.engines):
+            raise LibreTranslateError(400, f"{source} is not supported")
+        raise LibreTranslateError(400, f"{target} is not available as a target language "
+                                       f"from {source}")
+    return (source, target), None
+
+
+@router.post("/translate")
+async def translate(request: Request) -> JSONResponse:
+    """LibreTranslate's ``POST /translate``."""
+    state: ServiceState = request.app.state.service
+    try:
+        return await _translate(request, state)
+    except LibreTranslateError as exc:
+        return exc.response()
+    except ApiError as exc:
+        return _from_api_error(exc).response()
+
+
+async def _translate(request: Request, state: ServiceState) -> JSONResponse:
+    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
+    fields = await _fields(request, state)
+    _check_key(state, fields)
+    q = fields.get("q")
+    for name in ("q", "source", "target"):
+        if not fields.get(name):
+            raise LibreTranslateError(400, f"Invalid request: missing {name} parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise LibreTranslateError(400, "Invalid request: q must be a string or a list of "
+                                       "strings")
+    text_format = fields.get("format") or "text"
+    if text_format not in ("text", "html"):
+        raise LibreTranslateError(400, f"{text_format} format is not supported")
+    try:
+        alternatives = max(0, int(fields.get("alternatives") or 0))
+    except (TypeError, ValueError):
+        raise LibreTranslateError(
+            400, "Invalid request: alternatives parameter is not a number") from None
+    settings = state.settings
+    _check_texts(texts, not batch, settings)
+    options = TranslateOptions(num_alternatives=alternatives, format=text_format)
+    try:
+        fixed_options(options, settings)
+    except InvalidOption as exc:
+        raise LibreTranslateError(400, f"Invalid request: {exc}") from None
+    _require_ready(state)
+    pair, detected = _pair(state, str(fields["source"]), str(fields["target"]), texts)
+    _take_rate(state, request, sum(map(len, texts)))
+    assert state.translator is not None  # ready implies a translator
+    work = state.translator.translate(texts, pair, options, deadline=deadline,
+                                      request_id=_request_id(request))
+    try:
+        results = await _unless_disconnected(request, work)
+    except SchedulerError as exc:
+        raise _from_api_error(_scheduler_error(exc)) from None
+    translated = [result.text for result in results]
+    others = [[text for text, _ in result.alternatives or [] if text != result.text]
+              for result in results]
+    answer: dict[str, Any] = {"translatedText": translated if batch else translated[0]}
+    if detected is not None:
+        answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
+    if alternatives:
+        answer["alternatives"] = others if batch else others[0]
+    return JSONResponse(answer)
+
+
+@router.get("/languages")
+async def languages(request: Request) -> JSONResponse:
+    """LibreTranslate's ``GET /languages``: ``[{code, name, targets}]``."""
+    state: ServiceState = request.app.state.service
+    targets: dict[str, list[str]] = {}
+    for source, target in sorted(state.engines):
+        targets.setdefault(source, []).append(target)
+    return JSONResponse([{"code": code, "name": _name(code), "targets": reached}
+                         for code, reached in targets.items()])
+
+
+@router.post("/detect")
+async def detect(request: Request) -> JSONResponse:
+    """LibreTranslate's ``POST /detect``: ``[{confidence (0-100), language}]``, best first,
+    among the languages the loaded bundles translate from."""
+    state: ServiceState = request.app.state.service
+    try:
+        fields = await _fields(request, state)
+        _check_key(state, fields)
+        q = fields.get("q")
+        if not q:
+            raise LibreTranslateError(400, "Invalid request: missing q parameter")
+        texts = q if isinstance(q, list) else [q]
+        candidates = sorted({source for source, _ in state.engines})
+        if not candidates:
+            _require_ready(state)
+        detector = getattr(state, "detect_languages", None)
+        if detector is None or len(candidates) == 1:
+            return JSONResponse([{"confidence": 0.0, "language": candidates[0]}])
+        return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
+                             for language, confidence in detector(texts, candidates)])
+    except LibreTranslateError as exc:
+        return exc.response()
+    except ApiError as exc:
+        return _from_api_error(exc).response()
+
+
+@router.get("/frontend/settings")
+async def frontend_settings(request: Request) -> JSONResponse:
+    """LibreTranslate's ``GET /frontend/settings``, which its web UI and some clients read."""
+    state: ServiceState = request.app.state.service
+    settings = state.settings
+    source, target = min(state.engines, default=("en", "de"))
+    return JSONResponse({
+        "charLimit": settings.max_chars,
+        "frontendTimeout": 500,
+        "apiKeys": bool(settings.api_keys),
+        "keyRequired": bool(settings.api_keys),
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {
+            "source": {"code": source, "name": _name(source)},
+            "target": {"code": target, "name": _name(target)},
+        },
+    })

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from service.decoding import Engine
 from service.errors import ApiError, from_validation_errors
 from service.metrics import Metrics
-from service.ratelimit import OverCharLimit, RateLimited, RateLimiter
+from service.ratelimit import OverCharLimit, RateLimited, RateLimiter, Usage
 from service.scheduler import (
     DeadlineExceeded,
     QueueFull,
@@ -78,6 +78,7 @@ class ServiceState:
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
     limiter: RateLimiter = field(init=False)
+    usage: Usage = field(default_factory=Usage)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.api import (
     ServiceState,
-    _body_limit,
     _check_texts,
-    _read_body,
     _request_id,
     _require_ready,
     _scheduler_error,
@@ -36,6 +32,7 @@ from service.api import (
     _unless_disconnected,
 )
 from service.errors import ApiError
+from service.fields import BadFields, request_fields
 from service.scheduler import SchedulerError
 from service.translator import InvalidOption, Pair, TranslateOptions, fixed_options
 
@@ -73,25 +70,10 @@ def _from_api_error(exc: ApiError) -> LibreTranslateError:
 
 
 async def _fields(request: Request, state: ServiceState) -> dict[str, Any]:
-    """The request's fields from a JSON body, else a form-encoded body, else the query."""
-    body = await _read_body(request, _body_limit(state.settings))
-    fields: dict[str, Any] = dict(request.query_params)
-    if request.headers.get("content-type", "").startswith("application/json"):
-        try:
-            parsed = json.loads(body or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise LibreTranslateError(400, "Invalid JSON format") from None
-        if not isinstance(parsed, dict):
-            raise LibreTranslateError(400, "Invalid JSON format")
-        fields.update(parsed)
-    elif body:
-        try:
-            form = parse_qs(body.decode("utf-8"), keep_blank_values=True)
-        except UnicodeDecodeError:
-            raise LibreTranslateError(400, "Invalid request: the body is not UTF-8") from None
-        # A repeated q (q=a&q=b) is a list, as LibreTranslate's JSON list is.
-        fields.update({k: v if k == "q" and len(v) > 1 else v[-1] for k, v in form.items()})
-    return fields
+    try:
+        return await request_fields(request, state.settings, repeated="q")
+    except BadFields as exc:
+        raise LibreTranslateError(400, str(exc)) from None
 
 
 def _check_key(state: ServiceState, fields: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service import libretranslate
+from service import deepl, libretranslate
 from service.api import ServiceState, router
 from service.bundle import MANIFEST, discover_bundles
 from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
@@ -150,6 +150,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(libretranslate.router)
+    app.include_router(deepl.router)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

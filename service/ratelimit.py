@@ -11,6 +11,7 @@ character limit; a bucket is two floats and a time.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,3 +97,20 @@ class RateLimiter:
         self._clients = {
             client: buckets for client, buckets in self._clients.items() if now - buckets.at < 60
         }
+
+
+class Usage:
+    """Characters translated per client since the process started: DeepL's ``/v2/usage``
+    reports them, and ``USAGE_LIMIT_CHARS`` caps them."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, client: str) -> int:
+        with self._lock:
+            return self._counts.get(client, 0)
+
+    def add(self, client: str, characters: int) -> None:
+        with self._lock:
+            self._counts[client] = self._counts.get(client, 0) + characters

@@ -115,6 +115,11 @@ class Settings(BaseSettings):
         "empty) may send per minute; past it 429 with Retry-After, and 413 for a single request "
         "over it. 0 = no limit."
     )
+    usage_limit_chars: int = Field(
+        0, ge=0, description="Characters each API key (each client address when API_KEYS is "
+        "empty) may translate through the DeepL-compatible API in the life of the process, "
+        "reported by /v2/usage; past it 456, as DeepL answers a spent quota. 0 = no limit."
+    )
     request_timeout_s: float = Field(
         30.0, gt=0, description="Deadline of one request; past it the request gets 504."
     )

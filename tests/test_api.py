@@ -13,7 +13,7 @@ import logging.config
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,18 @@ async def serving(app: FastAPI, wait: bool = True) -> AsyncIterator[httpx.AsyncC
             if wait:
                 await wait_ready(client)
             yield client
+
+
+def check_app(bundle: Path, check: Callable[[httpx.AsyncClient], Awaitable[None]],
+              **settings: Any) -> None:
+    """Serve ``bundle`` in-process (one worker, one thread) and run ``check`` against it."""
+    app = create_app(Settings(model_dir=bundle, workers=1, threads=1, **settings))
+
+    async def main() -> None:
+        async with serving(app) as client:
+            await check(client)
+
+    asyncio.run(main())
 
 
 async def wait_ready(client: httpx.AsyncClient, timeout: float = 60) -> None:

@@ -3,9 +3,6 @@ HTTP and by requests shaped as Mastodon sends them, against the real tiny bundle
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.main import create_app
-from service.settings import Settings
-from tests.test_api import serving
-from tests.test_server import ServerProcess
+from tests.test_api import check_app
+from tests.test_server import ServerProcess, tiny_server
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
 PAIRS = [line.split("\t") for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
@@ -24,13 +19,8 @@ PAIRS = [line.split("\t") for line in FIXTURE.read_text(encoding="utf-8").splitl
 
 @pytest.fixture(scope="module")
 def server(tiny_bundle: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess([sys.executable, "-m", "service.main", "--model-dir",
-                             str(tiny_bundle), "--threads", "1", "--workers", "1"])
-    try:
-        process.wait_for("/ready")
+    with tiny_server(tiny_bundle) as process:
         yield process
-    finally:
-        assert process.stop() in (0, -signal.SIGTERM), "".join(process.log)
 
 
 def test_the_libretranslatepy_client_translates_detects_and_lists(server: ServerProcess) -> None:
@@ -47,16 +37,6 @@ def test_the_libretranslatepy_client_translates_detects_and_lists(server: Server
     assert refused.value.code == 400
 
 
-def run_app(tiny_bundle: Path, check, **settings) -> None:
-    app = create_app(Settings(model_dir=tiny_bundle, workers=1, threads=1, **settings))
-
-    async def main() -> None:
-        async with serving(app) as client:
-            await check(client)
-
-    asyncio.run(main())
-
-
 def test_a_request_shaped_as_mastodon_sends_it(tiny_bundle: Path) -> None:
     """JSON, q a list, source auto, an api_key field (empty when none is configured)."""
 
@@ -70,7 +50,7 @@ def test_a_request_shaped_as_mastodon_sends_it(tiny_bundle: Path) -> None:
             "detectedLanguage": [{"confidence": 0.0, "language": "en"}] * 2,
         }
 
-    run_app(tiny_bundle, check)
+    check_app(tiny_bundle, check)
 
 
 def test_form_query_and_json_bodies_alternatives_and_errors(tiny_bundle: Path) -> None:
@@ -107,7 +87,7 @@ def test_form_query_and_json_bodies_alternatives_and_errors(tiny_bundle: Path) -
         assert settings.json()["language"] == {"source": {"code": "en", "name": "English"},
                                                "target": {"code": "de", "name": "German"}}
 
-    run_app(tiny_bundle, check)
+    check_app(tiny_bundle, check)
 
 
 def test_api_keys_as_libretranslate_checks_them(tiny_bundle: Path) -> None:
@@ -122,7 +102,7 @@ def test_api_keys_as_libretranslate_checks_them(tiny_bundle: Path) -> None:
         assert right.json() == {"translatedText": PAIRS[0][1]}
         assert (await client.get("/libretranslate/frontend/settings")).json()["keyRequired"]
 
-    run_app(tiny_bundle, check, api_keys=["s3cret"])
+    check_app(tiny_bundle, check, api_keys=["s3cret"])
 
 
 def test_a_client_over_its_limit_gets_a_slowdown_429(tiny_bundle: Path) -> None:
@@ -135,4 +115,4 @@ def test_a_client_over_its_limit_gets_a_slowdown_429(tiny_bundle: Path) -> None:
         assert response.json()["error"].startswith("Slowdown:")
         assert int(response.headers["retry-after"]) >= 1
 
-    run_app(tiny_bundle, check, requests_per_minute=1)
+    check_app(tiny_bundle, check, requests_per_minute=1)

@@ -88,6 +88,19 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
+def tiny_server(tiny_bundle: Path, env: dict[str, str] | None = None,
+                ) -> Iterator[ServerProcess]:
+    """``translate-serve`` on the real tiny bundle, one worker of one thread, ready."""
+    server = ServerProcess([sys.executable, "-m", "service.main", "--model-dir",
+                            str(tiny_bundle), "--threads", "1", "--workers", "1"], env=env)
+    try:
+        server.wait_for("/ready")
+        yield server
+    finally:
+        assert server.stop() in (0, -signal.SIGTERM), "".join(server.log)
+
+
+@contextlib.contextmanager
 def fake_server(tmp_path: Path, *flags: str, step_s: float = 0.01,
                 open_files: int | None = None) -> Iterator[ServerProcess]:
     models = fake_models(tmp_path / "models", "en-de")

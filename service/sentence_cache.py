@@ -13,8 +13,9 @@ spelling). Values are stored as tuples and rebuilt as new ``Translation`` object
 so no caller can change what another gets.
 
 Memory is counted per entry as the ``sys.getsizeof`` of every object it holds (key and value
-tuples, strings, numbers) plus ``ENTRY_OVERHEAD``, the LRU's own bookkeeping per entry: within
-a few per cent of what tracemalloc measures (tests/test_sentence_cache.py; bench/cache.py).
+tuples, strings, numbers), each once, plus ``ENTRY_OVERHEAD``, the LRU's own bookkeeping per
+entry: within 1% of what tracemalloc measures over 100,000 entries (bench/cache.py,
+docs/sentence-cache.md).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ _SHARED_KEY_PARTS = 3  # a key's model, source and target language
 
 def model_fingerprint(manifest: Mapping[str, Any], variant: str) -> str:
     """A short digest naming a model's outputs: its manifest (which holds every file's
-    sha256 and its decoding settings) and the variant served (fp32 and int8 differ)."""
+    sha256 and its decoding settings) and the variant served (fp32 and int8 differ). The
+    device is left out: a process, and so its cache, serves one."""
     text = json.dumps(manifest, sort_keys=True, default=str) + "\0" + variant
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 

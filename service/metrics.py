@@ -94,6 +94,19 @@ class Metrics:
             ["pair"],
             registry=r,
         )
+        # The sentence cache (service.sentence_cache, CACHE_MB).
+        self.sentence_cache_hits = Counter(
+            "translate_sentence_cache_hits", "Sentences answered from the cache.", registry=r
+        )
+        self.sentence_cache_misses = Counter(
+            "translate_sentence_cache_misses", "Sentences looked up and not found.", registry=r
+        )
+        self.sentence_cache_bytes = Gauge(
+            "translate_sentence_cache_bytes", "Memory the entries hold.", registry=r
+        )
+        self.sentence_cache_entries = Gauge(
+            "translate_sentence_cache_entries", "Sentences in the cache.", registry=r
+        )
         self.worker_failures = Counter(
             "translate_worker_failures",
             "Worker threads that died; each is replaced, up to a limit (see service.scheduler).",

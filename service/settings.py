@@ -153,6 +153,11 @@ class Settings(BaseSettings):
         "allows)."
     )
 
+    cache_mb: int = Field(
+        64, ge=0, description="Memory (MiB) of the cache of translated sentences, which "
+        "answers a sentence seen before with the same model and options; 0 disables it."
+    )
+
     max_chars: int = Field(10_000, ge=1, description="Most characters in one text (else 413).")
     max_texts: int = Field(64, ge=1, description="Most texts in one request (else 413).")
     max_request_chars: int = Field(

@@ -1,0 +1,171 @@
+"""An LRU of translated sentences, bounded by the memory its entries hold.
+
+UI strings, menus and notifications come again and again; a sentence translated once is
+answered from here. That is correct because a sentence's translation depends only on the
+model, its pair, the decoding options and its source tokens, never on the sentences it was
+batched with (the batch invariance ``service.decoding`` guarantees and tests/test_decoding.py
+checks), so a cached answer equals a computed one.
+
+Keys (``sentence_key``) hold the model's fingerprint (``model_fingerprint``: manifest,
+checksums included, and variant), the pair, every decoding option and the source, best as its
+token ids (they are what the model sees; equal ids give equal translations whatever the
+spelling). Values are stored as tuples and rebuilt as new ``Translation`` objects on every hit,
+so no caller can change what another gets.
+
+Memory is counted per entry as the ``sys.getsizeof`` of every object it holds (key and value
+tuples, strings, numbers), each once, plus ``ENTRY_OVERHEAD``, the LRU's own bookkeeping per
+entry: within 1% of what tracemalloc measures over 100,000 entries (bench/cache.py,
+docs/sentence-cache.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from service.decoding import Hypothesis, Translation
+from service.metrics import Metrics
+
+CacheKey = tuple[Hashable, ...]
+_Frozen = tuple[tuple[Any, ...], ...]  # one tuple of field values per hypothesis
+
+# Per entry, the OrderedDict's slot and link node and the (value, size) pair: 144-151 bytes on
+# CPython 3.11 by tracemalloc over 30,000 to 100,000 entries (bench/cache.py).
+ENTRY_OVERHEAD = 152
+_SMALL_INTS = range(-5, 257)  # CPython's shared int objects: held by no entry alone
+_SHARED_KEY_PARTS = 3  # a key's model, source and target language
+
+
+def model_fingerprint(manifest: Mapping[str, Any], variant: str) -> str:
+    """A short digest naming a model's outputs: its manifest (which holds every file's
+    sha256 and its decoding settings) and the variant served (fp32 and int8 differ). The
+    device is left out: a process, and so its cache, serves one."""
+    text = json.dumps(manifest, sort_keys=True, default=str) + "\0" + variant
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def sentence_key(model: str, pair: tuple[str, str], options: Any,
+                 source: str | Sequence[int]) -> CacheKey:
+    """The key of one sentence: ``model`` (``model_fingerprint``), the (source, target) pair,
+    every field of ``options`` (a ``DecodeOptions``: beam size, length penalty, length caps,
+    alternatives, n-gram ban) and ``source``, its token ids or normalised text."""
+    if is_dataclass(options):
+        values = tuple(getattr(options, f.name) for f in fields(options))
+    else:
+        values = tuple(options)
+    source_key = source if isinstance(source, str) else tuple(source)
+    return (model, *pair, values, source_key)
+
+
+def _freeze(translation: Translation) -> _Frozen:
+    return tuple(
+        tuple(tuple(value) if isinstance(value, list) else value
+              for value in (getattr(hypothesis, f.name) for f in fields(hypothesis)))
+        for hypothesis in translation.hypotheses
+    )
+
+
+def _thaw(frozen: _Frozen) -> Translation:
+    return Translation([
+        Hypothesis(*(list(value) if isinstance(value, tuple) else value for value in values))
+        for values in frozen
+    ])
+
+
+def held_bytes(value: object, seen: set[int] | None = None) -> int:
+    """Bytes of ``value`` and everything it holds, for the tuples, strings and numbers keys
+    and frozen translations are made of, each object once (alternatives share their common
+    prefix's ids; ``seen`` holds the ids of those counted already). CPython's shared small
+    ints and one-character strings count nothing."""
+    if seen is None:
+        seen = set()
+    if id(value) in seen or value is None or isinstance(value, bool):
+        return 0
+    if type(value) is int and value in _SMALL_INTS:
+        return 0
+    if type(value) is str and len(value) == 1 and ord(value) < 256:
+        return 0
+    seen.add(id(value))
+    if isinstance(value, tuple):
+        return sys.getsizeof(value) + sum(held_bytes(item, seen) for item in value)
+    return sys.getsizeof(value)
+
+
+def entry_bytes(key: CacheKey, frozen: _Frozen) -> int:
+    """The memory one entry holds. The model and pair strings are the bundle's, shared by every
+    key: only the key's slots for them count."""
+    seen: set[int] = set()
+    return (sys.getsizeof(key) + sum(held_bytes(part, seen) for part in key[_SHARED_KEY_PARTS:])
+            + held_bytes(frozen, seen) + ENTRY_OVERHEAD)
+
+
+class SentenceCache:
+    """Translated sentences, least recently used evicted first, within ``max_bytes``
+    (0 disables it: every ``get`` misses and ``put`` keeps nothing). Safe to share between
+    the scheduler's worker threads and the event loop."""
+
+    def __init__(self, max_bytes: int, metrics: Metrics | None = None):
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[CacheKey, tuple[_Frozen, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.sentence_cache_bytes.set_function(lambda: self.bytes)
+            metrics.sentence_cache_entries.set_function(lambda: len(self._entries))
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: CacheKey) -> Translation | None:
+        """The cached translation of ``key`` (a new object each call), or None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+            else:
+                self._entries.move_to_end(key)
+                self.hits += 1
+        if self._metrics is not None:
+            (self._metrics.sentence_cache_misses if entry is None
+             else self._metrics.sentence_cache_hits).inc()
+        return None if entry is None else _thaw(entry[0])
+
+    def put(self, key: CacheKey, translation: Translation) -> None:
+        """Keep ``translation`` for ``key`` (a copy: later changes to it are not seen),
+        evicting the least recently used entries to stay within the budget; an entry larger
+        than the whole budget is not kept."""
+        if not self.enabled:
+            return
+        frozen = _freeze(translation)
+        size = entry_bytes(key, frozen)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self._entries[key] = (frozen, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self.bytes -= evicted
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.bytes = 0

@@ -417,7 +417,11 @@ def _imported(source: Path, scratch: Path, calibration: Path) -> tuple[Path, Pat
 
     from training.importers import hf_marian, import_model
 
-    bundle = import_model(source, scratch / "bundle", int8=True, calibration=calibration,
+    # 64 calibration sentences: a random-weight model decodes each to its length cap.
+    sample = scratch / "calibration.txt"
+    with open(calibration, encoding="utf-8") as lines:
+        sample.write_text("".join(line for _, line in zip(range(64), lines)), encoding="utf-8")
+    bundle = import_model(source, scratch / "bundle", int8=True, calibration=sample,
                           default_variant="fp32", source_lang="xx", target_lang="yy")
     if not hf_marian.recognise(source):
         return bundle, source

@@ -41,6 +41,7 @@ A script that prints; it never asserts and is not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import statistics
@@ -420,7 +421,7 @@ def _imported(source: Path, scratch: Path, calibration: Path) -> tuple[Path, Pat
     # 64 calibration sentences: a random-weight model decodes each to its length cap.
     sample = scratch / "calibration.txt"
     with open(calibration, encoding="utf-8") as lines:
-        sample.write_text("".join(line for _, line in zip(range(64), lines)), encoding="utf-8")
+        sample.write_text("".join(itertools.islice(lines, 64)), encoding="utf-8")
     bundle = import_model(source, scratch / "bundle", int8=True, calibration=sample,
                           default_variant="fp32", source_lang="xx", target_lang="yy")
     if not hf_marian.recognise(source):

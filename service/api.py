@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from service.decoding import Engine
+from service.detect import LanguageDetector
 from service.errors import ApiError, from_validation_errors
 from service.metrics import Metrics
 from service.ratelimit import OverCharLimit, RateLimited, RateLimiter, Usage
@@ -84,6 +85,12 @@ class ServiceState:
         self.limiter = RateLimiter(
             self.settings.requests_per_minute, self.settings.chars_per_minute
         )
+
+    def detect_languages(self, texts: Sequence[str], candidates: Sequence[str],
+                         ) -> list[tuple[str, float]]:
+        """(language, confidence 0-1) for each of ``candidates``, best first, over ``texts``
+        together; empty when they hold no letters (``service.detect``)."""
+        return LanguageDetector(candidates).detect("\n".join(texts))
 
     def begin_shutdown(self) -> None:
         """At the stop signal: /ready turns 503 so that load balancers stop sending; requests

@@ -143,8 +143,7 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         if source not in sources:
             raise DeepLError(400, "Value for 'source_lang' not supported.")
     else:
-        detector = getattr(state, "detect_languages", None)
-        ranked = detector(texts, sources) if detector and len(sources) > 1 else []
+        ranked = state.detect_languages(texts, sources) if len(sources) > 1 else []
         source = ranked[0][0] if ranked else sources[0]
     characters = sum(map(len, texts))
     client = _client(request, state)

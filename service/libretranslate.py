@@ -9,14 +9,15 @@ answers ``translatedText`` (a string or a list, as ``q`` was), ``alternatives`` 
 and ``detectedLanguage`` (``{confidence: 0-100, language}``, a list for a list) when the source
 was ``auto``. Errors are ``{"error": message}`` with its status codes: 400 for a bad request,
 403 for a wrong key, 429 ("Slowdown: ...") when the queue is full or a client over its limits.
-Multipart bodies (file translation) are not supported.
+Multipart bodies (file translation) are not supported. ``auto`` and ``/detect`` detect the
+language among those the loaded bundles translate from (``service.detect``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -93,16 +94,13 @@ def _name(code: str) -> str:
 
 def _detect(state: ServiceState, texts: Sequence[str], candidates: list[str],
             ) -> tuple[str, float]:
-    """(language, confidence 0-100) among ``candidates``: the detector's best, or the only
-    candidate with confidence 0 when there is no detector to ask."""
-    detector: Callable[[Sequence[str], list[str]], list[tuple[str, float]]] | None = getattr(
-        state, "detect_languages", None)
-    if detector is not None and len(candidates) > 1:
-        ranked = detector(texts, candidates)
-        if ranked:
-            language, confidence = ranked[0]
-            return language, round(100 * confidence, 2)
-    return candidates[0], 0.0
+    """(language, confidence 0-100) among ``candidates``; text with no letters gets the first
+    candidate with confidence 0, as LibreTranslate answers it."""
+    ranked = state.detect_languages(texts, candidates)
+    if not ranked:
+        return candidates[0], 0.0
+    language, confidence = ranked[0]
+    return language, round(100 * confidence, 2)
 
 
 def _pair(state: ServiceState, source: str, target: str, texts: Sequence[str],
@@ -208,14 +206,11 @@ async def detect(request: Request) -> JSONResponse:
         if not q:
             raise LibreTranslateError(400, "Invalid request: missing q parameter")
         texts = q if isinstance(q, list) else [q]
+        _require_ready(state)
         candidates = sorted({source for source, _ in state.engines})
-        if not candidates:
-            _require_ready(state)
-        detector = getattr(state, "detect_languages", None)
-        if detector is None or len(candidates) == 1:
-            return JSONResponse([{"confidence": 0.0, "language": candidates[0]}])
+        ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
         return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
-                             for language, confidence in detector(texts, candidates)])
+                             for language, confidence in ranked])
     except LibreTranslateError as exc:
         return exc.response()
     except ApiError as exc:

@@ -105,7 +105,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         )
         scheduler.start()
         state.scheduler = scheduler
-        state.translator = Translator(state.engines, scheduler, settings)
+        state.translator = Translator(state.engines, scheduler, settings, state.metrics)
         for pair, engine in state.engines.items():
             sources = [engine.tokenize(WARMUP_SENTENCE, pair[1])]
             await scheduler.translate(pair_label(pair), sources, DecodeOptions(max_length=16))

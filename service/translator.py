@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
-from service.scheduler import Scheduler
+from service.metrics import Metrics
+from service.scheduler import Admission, Scheduler
+from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
@@ -97,10 +99,16 @@ class Translator:
     """Texts in, translations out, over the loaded engines (one per pair) and the scheduler
     that batches every request's sentences together."""
 
-    def __init__(self, engines: dict[Pair, Engine], scheduler: Scheduler, settings: Settings):
+    def __init__(self, engines: dict[Pair, Engine], scheduler: Scheduler, settings: Settings,
+                 metrics: Metrics | None = None):
         self.engines = engines
         self.scheduler = scheduler
         self.settings = settings
+        # A sentence's translation does not depend on its batch (export checks it), so a
+        # cached one is what decoding it again would give.
+        self.cache = SentenceCache(settings.cache_mb * 2**20, metrics)
+        self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
+                       for pair, engine in engines.items()}
 
     def resolve(self, pair: Pair, options: TranslateOptions) -> DecodeOptions:
         """The decoding options of a request: its own, else the settings', else the bundle's
@@ -123,14 +131,14 @@ class Translator:
                 prepared = prepare_texts(texts, engine, pair[1])
             else:
                 prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1])
-            # Repeated sentences (boilerplate, list items) are decoded once.
+            # Repeated sentences (boilerplate, list items) are decoded once, and sentences
+            # translated before not again.
             unique: dict[tuple[int, ...], int] = {}
             for _, sources in prepared:
                 for ids in sources:
                     unique.setdefault(tuple(ids), len(unique))
-            translations = await self.scheduler.translate(
-                label, list(unique), decode, deadline, admission=admission,
-                request_id=request_id)
+            translations = await self._decode(list(unique), pair, decode, deadline, admission,
+                                              request_id)
         finally:
             self.scheduler.release(admission)  # what the sentences did not take
         return [
@@ -138,6 +146,26 @@ class Translator:
                      options.num_alternatives, options.return_scores)
             for segmented, sources in prepared
         ]
+
+
+    async def _decode(self, sources: list[tuple[int, ...]], pair: Pair, decode: DecodeOptions,
+                      deadline: float, admission: Admission, request_id: str,
+                      ) -> list[Translation]:
+        """Each source's translation, from the sentence cache or else the scheduler."""
+        if not self.cache.enabled:
+            return await self.scheduler.translate(pair_label(pair), sources, decode, deadline,
+                                                  admission=admission, request_id=request_id)
+        keys = [sentence_key(self.models[pair], pair, decode, ids) for ids in sources]
+        found = [self.cache.get(key) for key in keys]
+        missing = [i for i, translation in enumerate(found) if translation is None]
+        if missing:
+            decoded = await self.scheduler.translate(
+                pair_label(pair), [sources[i] for i in missing], decode, deadline,
+                admission=admission, request_id=request_id)
+            for i, translation in zip(missing, decoded, strict=True):
+                self.cache.put(keys[i], translation)
+                found[i] = translation
+        return found  # type: ignore[return-value]  # every None was filled
 
 
 def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,

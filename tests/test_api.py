@@ -377,6 +377,28 @@ def test_models_setting_picks_the_bundles_that_load(tmp_path: Path) -> None:
     run(failed())
 
 
+def test_a_repeated_sentence_is_served_from_the_sentence_cache(tiny_bundle: Path) -> None:
+    source, target = FIXTURE.read_text(encoding="utf-8").splitlines()[6].split("\t")
+
+    async def check(client: httpx.AsyncClient) -> None:
+        def counter(body: str, name: str) -> float:  # summed over its labels
+            return sum(float(x.split()[-1]) for x in body.splitlines()
+                       if x.startswith((name + " ", name + "{")))
+
+        first = await client.post("/translate", json={"text": source})
+        before = (await client.get("/metrics")).text
+        second = await client.post("/translate", json={"text": source})
+        after = (await client.get("/metrics")).text
+        assert first.json() == second.json()
+        assert first.json()["translations"][0]["text"] == target
+        hits = "translate_sentence_cache_hits_total"
+        assert counter(after, hits) == counter(before, hits) + 1
+        steps = "translate_decode_steps_total"
+        assert counter(after, steps) == counter(before, steps)  # nothing decoded again
+
+    check_app(tiny_bundle, check)
+
+
 def test_languages_and_pair_choice(tmp_path: Path) -> None:
     app = fake_app(tmp_path, "en-de", "de-en", "en-fr")
 

@@ -55,6 +55,7 @@ class FakeEngine:
         target_lang: str = "de",
     ) -> None:
         self.bundle = FakeBundle(directory, source_lang, target_lang)
+        self.variant = "fp32"
         self.step_s = step_s
         self.max_source_tokens = max_source_tokens
         self.vocab: dict[str, int] = {}

@@ -67,21 +67,30 @@ def cpu_model() -> str:
     return platform.processor()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def head_commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def held_out_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options of a run of the real model over the held-out split."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("tsv", nargs="*", default=DEFAULT_DATA)
     parser.add_argument("--bundle", default="models/en-de")
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
+    return parser
+
+
+def main() -> None:
+    parser = held_out_arguments(__doc__)
     parser.add_argument("--markers", default=MARKER, help="comma-separated marker forms")
     args = parser.parse_args()
 
     texts = sources(args.tsv, args.limit)
     engine = Engine(args.bundle, threads=args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     print(f"{len(texts)} sources with placeholders; {args.bundle}, {cpu_model()}, "
-          f"threads={args.threads}, commit {commit}")
+          f"threads={args.threads}, commit {head_commit()}")
     placeholders = [PLACEHOLDER.findall(t) for t in texts]
     items = [list(protect(t).items) for t in texts]
 

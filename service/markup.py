@@ -57,8 +57,10 @@ VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr"
 })
-# What a tag looks like in a translation: "<b>", "</ b>", "<img/>" (also in source text).
-_TAG = re.compile(r"<[ \t\r\n]*(/?)[ \t\r\n]*([A-Za-z][\w:.-]*)[ \t\r\n]*(/?)[ \t\r\n]*>")
+# What a tag looks like in a translation: "<b>", "</ b>", "<img/>", '<a href="x">' (the model
+# invents attributes), also in source text.
+_TAG = re.compile(
+    r"<[ \t\r\n]*(/?)[ \t\r\n]*([A-Za-z][\w:.-]*)(?:[ \t\r\n][^<>]*?)?[ \t\r\n]*(/?)[ \t\r\n]*>")
 _ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);?")
 
 
@@ -86,15 +88,16 @@ class _Spelling:
 
     The model reads "Fish & chips", not "Fish &amp; chips"; on the way back the n-th "&" (or
     "—", "\xa0", ...) of the translation is written as the n-th one of the source was
-    ("&amp;", "&mdash;", "&nbsp;" or the bare character), and any further "&" as "&amp;".
-    ``&lt;`` and ``&gt;`` stay entities in the text the model reads, so that no tag appears
-    that the source did not have, as does an entity that some text right after would
+    ("&amp;", "&mdash;", "&nbsp;" or the bare character), and any further "&" or "<" as
+    "&amp;" or "&lt;" (so that no tag the model half wrote, '<a href="x', opens).
+    ``&gt;`` stays an entity in the text the model reads, so that no tag appears that the
+    source did not have ("&lt;b&gt;"), as does an entity that text right after it would
     change ("&amp;lt;")."""
 
     def __init__(self, texts: Sequence[str]):
-        # Characters some entity here stands for, and "&" always (a bare "&" must come back
-        # as it was, and a new one escaped).
-        self.chars = {"&"} | {c for text in texts for m in _ENTITY.finditer(text)
+        # Characters some entity here stands for, and "&" and "<" always (a bare one must come
+        # back as it was, and a new one escaped).
+        self.chars = {"&", "<"} | {c for text in texts for m in _ENTITY.finditer(text)
                               if len(c := html.unescape(m.group())) == 1 and c not in "<>"}
         self.written: dict[str, list[str]] = {c: [] for c in self.chars}
         self._either = re.compile(
@@ -129,7 +132,7 @@ class _Spelling:
             index, used[char] = used[char], used[char] + 1
             if index < len(written):
                 return written[index] + rest
-            return ("&amp;" if char == "&" else char) + rest
+            return {"&": "&amp;", "<": "&lt;"}.get(char, char) + rest
 
         return lambda text: self._either.sub(one, text)
 
@@ -161,7 +164,9 @@ class _Segment:
                 tags.extend(_Tag(_key(m), m.group(), True) for m in _TAG.finditer(piece))
         return tags
 
-    def render(self, translation: str) -> str:
+    def render(self, translation: str) -> tuple[str, int, int]:
+        """The translation with the source's tags; how many the model placed, how many
+        went back by rule."""
         tags = self.tags
         found = list(_TAG.finditer(translation))
         kept = _common([_key(m) for m in found], [t.key for t in tags])  # tag -> found
@@ -196,7 +201,7 @@ class _Segment:
             out += [encode(text[start:place]), encode(tag.raw) if tag.in_text else tag.raw]
             start = place
         out.append(encode(text[start:]))
-        return "".join(out)
+        return "".join(out), len(kept), len(tags) - len(kept)
 
 
 def _common(found: Sequence[tuple[str, str]], wanted: Sequence[tuple[str, str]]) -> dict[int, int]:
@@ -232,11 +237,31 @@ class Document:
 
     def render(self, translations: Sequence[str]) -> str:
         """The fragment with segment i replaced by ``translations[i]``."""
+        return self.restore(translations).text
+
+    def restore(self, translations: Sequence[str]) -> Rendered:
+        """``render``, saying how many inline tags the model placed and how many went back
+        by rule."""
         segments = [p for p in self.parts if isinstance(p, _Segment)]
         if len(translations) != len(segments):
             raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
         given = iter(translations)
-        return "".join(p if isinstance(p, str) else p.render(next(given)) for p in self.parts)
+        out, by_model, by_rule = [], 0, 0
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                text, placed, put_back = part.render(next(given))
+                out.append(text)
+                by_model, by_rule = by_model + placed, by_rule + put_back
+        return Rendered("".join(out), by_model, by_rule)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    by_model: int  # inline tags the model placed in order
+    by_rule: int  # inline tags put back by rule (dropped, moved out of order or mangled)
 
 
 class _Events(HTMLParser):

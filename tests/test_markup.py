@@ -94,7 +94,7 @@ def test_segments_are_the_texts_of_blocks_and_leave_the_rest_alone():
         "First line",
         "Second line",
         "A caption",
-        "Run <code/> and wait \u2026 &bogus; 5 &lt; 6",
+        "Run <code/> and wait \u2026 &bogus; 5 < 6",
         "Cell one",
         "Cell two",
     ]
@@ -126,6 +126,8 @@ def test_inline_tags_follow_the_words_the_model_moved():
     # the other pair goes back by rule, and no tag is lost
     assert tags(out) == ["<p>", '<a href="/x">', "</a>", "<b>", "</b>", "</p>"]
     assert '<a href="/x">hier</a>' in out
+    report = document.restore(["<b>Jetzt</b> <a>hier</a> klicken."])
+    assert (report.text, report.by_model, report.by_rule) == (out, 2, 2)
 
 
 def test_tags_the_model_dropped_come_back_around_the_span_left():
@@ -140,6 +142,12 @@ def test_tags_the_model_invented_or_mangled_are_not_let_through():
     out = document.render(["Der <i>schnelle</b> Fuchs und der <b>faule</p> <br> Hund."])
     assert tags(out) == tags("<p>The <i>quick</i> fox and the <b>lazy</b> dog.</p>")
     assert out.startswith("<p>Der <i>schnelle")
+    assert "faule Hund" in out  # the invented <br> went with one of its spaces
+    # tags with attributes of the model's own, and a tag it left open
+    out = parse('<p>file <a href="/x">not</a> found</p>').render(
+        ['Datei <a href="nota"> <a> nicht <a href="a>gefunden'])
+    assert tags(out) == ["<p>", '<a href="/x">', "</a>", "</p>"]
+    assert "&lt;a href" not in out and out.count("<a") == 1
 
 
 def test_an_inline_element_left_alone_stays_whole_inside_its_sentence():
@@ -158,11 +166,12 @@ def test_tag_like_text_in_the_source_is_kept_too():
 
 def test_the_model_reads_characters_and_entities_come_back_as_written():
     document = parse("<p>Fish &amp; chips&nbsp;&mdash; 5 &lt; 6 &amp;lt; &bogus; & more</p>")
-    assert document.segments == ["Fish & chips\xa0\u2014 5 &lt; 6 &amp;lt; &bogus; & more"]
-    # the n-th "&" as the source wrote its n-th; a new one escaped; entities kept as written
-    out = document.render(["Fisch & Pommes\xa0\u2014 & &lt; &amp;lt; &bogus; Tom & Jerry"])
+    assert document.segments == ["Fish & chips\xa0\u2014 5 < 6 &amp;lt; &bogus; & more"]
+    # the n-th "&" or "<" as the source wrote its n-th, a new one escaped, entities the
+    # model wrote kept
+    out = document.render(["Fisch & Pommes\xa0\u2014 & < &amp;lt; &bogus; Tom & Jerry <a x"])
     assert out == ("<p>Fisch &amp; Pommes&nbsp;&mdash; & &lt; &amp;lt; &bogus; "
-                   "Tom &amp; Jerry</p>")
+                   "Tom &amp; Jerry &lt;a x</p>")
 
 
 def test_whitespace_around_and_between_blocks_is_kept():

@@ -27,6 +27,10 @@ put inside it or, failing that, the span between its neighbours (possibly none: 
 Whitespace inside a segment (line breaks in a paragraph's source) is the caller's to treat
 as spaces when it cuts sentences.
 
+Attribute values are kept as written, unless ``parse(..., attributes=("alt", "title"))``
+asks for them: then each quoted, non-empty value of those attributes (outside what is left
+alone) is a segment of its own, after the texts, and comes back escaped for its quotes.
+
 Parser. Python's ``html.parser`` (the standard library's, maintained with CPython): it
 reports where each event starts in the source, so a fragment can be cut into source slices
 and every byte outside the translated text comes back unchanged; malformed markup (unclosed
@@ -61,6 +65,14 @@ VOID = frozenset({
 # invents attributes), also in source text.
 _TAG = re.compile(
     r"<[ \t\r\n]*(/?)[ \t\r\n]*([A-Za-z][\w:.-]*)(?:[ \t\r\n][^<>]*?)?[ \t\r\n]*(/?)[ \t\r\n]*>")
+_ESCAPES = {"&": "&amp;", "<": "&lt;", '"': "&quot;", "'": "&#39;"}
+# The attributes of a start tag, as html.parser reads them (its attrfind_tolerant).
+_TAG_NAME = re.compile(r"<[a-zA-Z][^\t\n\r\f />\x00]*(?:\s|/(?!>))*")
+_ATTRIBUTE = re.compile(
+    r"((?<=['\"\s/])[^\s/>][^\s/=>]*)(\s*=+\s*('[^']*'|\"[^\"]*\"|(?!['\"])[^>\s]*))?(?:\s|/(?!>))*")
+# Where an attribute value to translate goes (the fragment holds no NUL, else none is taken).
+_VALUE_MARK = "\x00%d\x00"
+_VALUE = re.compile("\x00([0-9]+)\x00")
 _ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);?")
 
 
@@ -94,10 +106,10 @@ class _Spelling:
     source did not have ("&lt;b&gt;"), as does an entity that text right after it would
     change ("&amp;lt;")."""
 
-    def __init__(self, texts: Sequence[str]):
+    def __init__(self, texts: Sequence[str], quote: str = ""):
         # Characters some entity here stands for, and "&" and "<" always (a bare one must come
-        # back as it was, and a new one escaped).
-        self.chars = {"&", "<"} | {c for text in texts for m in _ENTITY.finditer(text)
+        # back as it was, and a new one escaped), and an attribute value's quote.
+        self.chars = {"&", "<", *quote} | {c for text in texts for m in _ENTITY.finditer(text)
                               if len(c := html.unescape(m.group())) == 1 and c not in "<>"}
         self.written: dict[str, list[str]] = {c: [] for c in self.chars}
         self._either = re.compile(
@@ -132,7 +144,7 @@ class _Spelling:
             index, used[char] = used[char], used[char] + 1
             if index < len(written):
                 return written[index] + rest
-            return {"&": "&amp;", "<": "&lt;"}.get(char, char) + rest
+            return _ESCAPES.get(char, char) + rest
 
         return lambda text: self._either.sub(one, text)
 
@@ -143,9 +155,9 @@ class _Segment:
     spelling: _Spelling | None = None
 
     @classmethod
-    def of(cls, pieces: list[str | _Tag]) -> _Segment:
-        """A segment of source text pieces and inline tags."""
-        spelling = _Spelling([p for p in pieces if isinstance(p, str)])
+    def of(cls, pieces: list[str | _Tag], quote: str = "") -> _Segment:
+        """A segment of source text pieces and inline tags (or an attribute's value)."""
+        spelling = _Spelling([p for p in pieces if isinstance(p, str)], quote)
         decoded = [spelling.decode(p) if isinstance(p, str) else p for p in pieces]
         return cls(decoded, spelling)
 
@@ -227,13 +239,16 @@ def _common(found: Sequence[tuple[str, str]], wanted: Sequence[tuple[str, str]])
 @dataclass
 class Document:
     """A fragment as verbatim source slices and segments (``parts``); ``segments`` are the
-    texts to translate, in document order."""
+    texts to translate, in document order, then the attribute values to translate (whose
+    places the verbatim slices mark with ``_VALUE``)."""
 
     parts: list[str | _Segment]
+    values: list[_Segment] = field(default_factory=list)
 
     @property
     def segments(self) -> list[str]:
-        return [p.text for p in self.parts if isinstance(p, _Segment)]
+        return [p.text for p in self.parts if isinstance(p, _Segment)] + [
+            v.text for v in self.values]
 
     def render(self, translations: Sequence[str]) -> str:
         """The fragment with segment i replaced by ``translations[i]``."""
@@ -243,8 +258,9 @@ class Document:
         """``render``, saying how many inline tags the model placed and how many went back
         by rule."""
         segments = [p for p in self.parts if isinstance(p, _Segment)]
-        if len(translations) != len(segments):
-            raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
+        if len(translations) != len(segments) + len(self.values):
+            raise ValueError(f"{len(segments) + len(self.values)} segments, "
+                             f"{len(translations)} translations")
         given = iter(translations)
         out, by_model, by_rule = [], 0, 0
         for part in self.parts:
@@ -254,7 +270,11 @@ class Document:
                 text, placed, put_back = part.render(next(given))
                 out.append(text)
                 by_model, by_rule = by_model + placed, by_rule + put_back
-        return Rendered("".join(out), by_model, by_rule)
+        values = [value.render(next(given))[0] for value in self.values]
+        text = "".join(out)
+        if values:
+            text = _VALUE.sub(lambda m: values[int(m.group(1))], text)
+        return Rendered(text, by_model, by_rule)
 
 
 @dataclass(frozen=True)
@@ -319,8 +339,10 @@ def _left_alone(name: str, attrs: dict[str, str | None]) -> bool:
             or "notranslate" in classes)
 
 
-def parse(fragment: str) -> Document:
-    """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate."""
+def parse(fragment: str, attributes: Sequence[str] = ()) -> Document:
+    """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate; the
+    quoted values of ``attributes`` (e.g. ``("alt", "title")``) of the tags not left alone
+    are segments too, after the texts."""
     try:
         events = _Events(fragment).events
     except AssertionError:  # a parser bug on some malformed input: translate nothing
@@ -334,12 +356,32 @@ def parse(fragment: str) -> Document:
     alone: tuple[str, int] | None = None  # the element left alone and its nesting depth
     alone_start, inline_alone = 0, False
 
+    values: list[_Segment] = []
+    wanted = {a.lower() for a in attributes} if "\x00" not in fragment else set()
+
     def flush() -> None:
         parts.extend(_split_run(run))
         run.clear()
 
+    def mark_values(tag: str) -> str:
+        """``tag`` with each wanted attribute value cut out into ``values``."""
+        name = _TAG_NAME.match(tag)
+        if not name:
+            return tag
+        out, done = [], 0
+        for m in _ATTRIBUTE.finditer(tag, name.end()):
+            value = m.group(3) or ""
+            if (m.group(1).lower() in wanted and value[:1] in ("'", '"')
+                    and value[1:-1].strip()):
+                out += [tag[done : m.start(3) + 1], _VALUE_MARK % len(values)]
+                values.append(_Segment.of([value[1:-1]], quote=value[0]))
+                done = m.end(3) - 1
+        return "".join(out) + tag[done:]
+
     for (kind, start, name, attrs), end in zip(events, ends, strict=True):
         raw = fragment[start:end]
+        if wanted & attrs.keys() and alone is None and not _left_alone(name, attrs):
+            raw = mark_values(raw)
         if alone is not None:  # inside an element left alone
             depth = alone[1] + (kind == "open" and name == alone[0]) - (
                 kind == "close" and name == alone[0])
@@ -371,7 +413,7 @@ def parse(fragment: str) -> Document:
         flush()
         parts.append(fragment[alone_start:])
     flush()
-    return Document(_merge(parts))
+    return Document(_merge(parts), values)
 
 
 def _split_run(run: list[str | _Tag]) -> list[str | _Segment]:

@@ -202,3 +202,20 @@ def test_random_malformed_fragments_never_raise_and_round_trip():
         assert document.render(document.segments) == html
         out = document.render(["x <b> y" for _ in document.segments])
         assert isinstance(out, str)
+
+
+def test_alt_and_title_are_translated_only_when_asked():
+    html = ('<p title="A &quot;tip&quot;">See <img src="c.png" alt="A cat &amp; dog"> and '
+            "<a href=\"/\" TITLE='Home'>home</a>.</p><code title=\"Code\">x</code>"
+            '<img alt=""><img alt=bare>')
+    assert parse(html).segments == ["See <img/> and <a>home</a>."]
+    document = parse(html, attributes=("alt", "title"))
+    # texts first, then the quoted, non-empty values of tags not left alone
+    assert document.segments == ["See <img/> and <a>home</a>.", 'A "tip"', "A cat & dog",
+                                 "Home"]
+    assert document.render(document.segments) == html
+    out = document.render(["Siehe <img/> und <a>Start</a>.", 'Ein "Tipp" & mehr',
+                           "Katze & Hund", "Start 'x'"])
+    assert out == ('<p title="Ein &quot;Tipp&quot; &amp; mehr">Siehe <img src="c.png" '
+                   'alt="Katze &amp; Hund"> und <a href="/" TITLE=\'Start &#39;x&#39;\'>Start'
+                   '</a>.</p><code title="Code">x</code><img alt=""><img alt=bare>')

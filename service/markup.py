@@ -1,0 +1,474 @@
+"""Translate the text of an HTML or XML fragment and keep its markup.
+
+``parse(fragment)`` cuts a fragment into the texts to translate (``Document.segments``) and
+``Document.render(translations)`` puts the translations back; everything else comes out
+byte for byte as it went in: tags with their attributes as written, entities, comments, the
+doctype, whitespace, and the whole of ``<script>``, ``<style>``, ``<code>``, ``<pre>``,
+``<textarea>`` (and ``kbd``, ``samp``, ``var``, ``svg``, ``math``) and of any element with
+``translate="no"`` or class ``notranslate``.
+
+Segments. Each run of text between block boundaries (block elements' tags, ``<br>``,
+comments, unknown elements, anything left alone) is one segment, without its leading and
+trailing whitespace. Inline elements (``<b>``, ``<a href>``, ``<em>``, ``<span>``, ...) stay in
+the segment as bare tags (``<a>``, ``</a>``, ``<img/>``): the model, trained on software
+strings, carries such tags through with the words they wrap. An inline element left alone
+(``<code>`` in a sentence) stays in as one ``<code/>``. The model reads characters, not
+entities ("Fish & chips"); each comes back spelled as the source spelled it (``_Spelling``).
+
+Putting tags back (``render``). The tags in a translation are matched to the segment's own
+in order (a longest common subsequence of their names and kinds), so every tag the model
+kept in order returns, with its original attributes, where the model put it. A tag the model
+dropped, moved out of order or mangled goes back by rule: an opening tag right after the
+tag before it, a closing one right before the tag after it (so the pair wraps at least the
+words between its neighbours), and a tag the model invented is removed. Hence the tags of
+the output are always exactly the input's, in the same order, and the output is as
+well-formed as the input; when the model reorders words, a pair wraps the words the model
+put inside it or, failing that, the span between its neighbours (possibly none: "<b></b>").
+Whitespace inside a segment (line breaks in a paragraph's source) is the caller's to treat
+as spaces when it cuts sentences.
+
+Attribute values are kept as written, unless ``parse(..., attributes=("alt", "title"))``
+asks for them: then each quoted, non-empty value of those attributes (outside what is left
+alone) is a segment of its own, after the texts, and comes back escaped for its quotes.
+
+Parser. Python's ``html.parser`` (the standard library's, maintained with CPython): it
+reports where each event starts in the source, so a fragment can be cut into source slices
+and every byte outside the translated text comes back unchanged; malformed markup (unclosed
+tags, a stray ``<``, bad entities) is passed on as text or tags. Where CPython's parser
+itself fails (an assertion on ``<![`` before 3.13), the fragment comes back untranslated.
+lxml, html5lib and selectolax build a normalised tree (closing tags, quoting attributes,
+re-encoding entities, moving elements), which changes what callers sent.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+INLINE = frozenset({
+    "a", "abbr", "acronym", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em",
+    "font", "i", "img", "ins", "label", "mark", "q", "s", "small", "span", "strike", "strong",
+    "sub", "sup", "time", "tt", "u", "wbr"
+})
+UNTRANSLATED = frozenset({
+    "script", "style", "code", "pre", "textarea", "kbd", "samp", "var", "svg", "math"
+})
+VOID = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+    "source", "track", "wbr"
+})
+# What a tag looks like in a translation: "<b>", "</ b>", "<img/>", '<a href="x">' (the model
+# invents attributes), also in source text.
+_TAG = re.compile(
+    r"<[ \t\r\n]*(/?)[ \t\r\n]*([A-Za-z][\w:.-]*)(?:[ \t\r\n][^<>]*?)?[ \t\r\n]*(/?)[ \t\r\n]*>")
+_ESCAPES = {"&": "&amp;", "<": "&lt;", '"': "&quot;", "'": "&#39;"}
+# The attributes of a start tag, as html.parser reads them (its attrfind_tolerant).
+_TAG_NAME = re.compile(r"<[a-zA-Z][^\t\n\r\f />\x00]*(?:\s|/(?!>))*")
+_ATTRIBUTE = re.compile(
+    r"((?<=['\"\s/])[^\s/>][^\s/=>]*)(\s*=+\s*('[^']*'|\"[^\"]*\"|(?!['\"])[^>\s]*))?(?:\s|/(?!>))*")
+# Where an attribute value to translate goes (the fragment holds no NUL, else none is taken).
+_VALUE_MARK = "\x00%d\x00"
+_VALUE = re.compile("\x00([0-9]+)\x00")
+_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);?")
+
+
+@dataclass(frozen=True)
+class _Tag:
+    """An inline tag of a segment: ``key`` is what it is matched by, ``raw`` its source."""
+
+    key: tuple[str, str]  # ("open" | "close" | "void", lower-case name)
+    raw: str
+    in_text: bool = False  # tag-like text of the source ("a <b> c" with a lone "<")
+
+    @property
+    def bare(self) -> str:
+        kind, name = self.key
+        return {"open": f"<{name}>", "close": f"</{name}>", "void": f"<{name}/>"}[kind]
+
+
+def _key(found: re.Match) -> tuple[str, str]:
+    kind = "close" if found.group(1) else "void" if found.group(3) else "open"
+    return kind, found.group(2).lower()
+
+
+class _Spelling:
+    """How the source wrote the characters that entities stand for.
+
+    The model reads "Fish & chips", not "Fish &amp; chips"; on the way back the n-th "&" (or
+    "—", "\xa0", ...) of the translation is written as the n-th one of the source was
+    ("&amp;", "&mdash;", "&nbsp;" or the bare character), and any further "&" or "<" as
+    "&amp;" or "&lt;" (so that no tag the model half wrote, '<a href="x', opens).
+    ``&gt;`` stays an entity in the text the model reads, so that no tag appears that the
+    source did not have ("&lt;b&gt;"), as does an entity that text right after it would
+    change ("&amp;lt;")."""
+
+    def __init__(self, texts: Sequence[str], quote: str = ""):
+        # Characters some entity here stands for, and "&" and "<" always (a bare one must come
+        # back as it was, and a new one escaped), and an attribute value's quote.
+        self.chars = {"&", "<", *quote} | {c for text in texts for m in _ENTITY.finditer(text)
+                              if len(c := html.unescape(m.group())) == 1 and c not in "<>"}
+        self.written: dict[str, list[str]] = {c: [] for c in self.chars}
+        self._either = re.compile(
+            f"{_ENTITY.pattern}|[{''.join(re.escape(c) for c in sorted(self.chars))}]")
+
+    def decode(self, text: str) -> str:
+        def one(m: re.Match) -> str:
+            seen = m.group()
+            if seen in self.chars:
+                self.written[seen].append(seen)
+                return seen
+            char = html.unescape(seen)
+            if char in self.chars and not (
+                    char == "&" and re.match(r"[#A-Za-z0-9]", text[m.end() : m.end() + 1])):
+                self.written[char].append(seen)
+                return char
+            if char == seen:  # not an entity: its "&" is a bare one
+                self.written["&"].append("&")
+            return seen
+
+        return self._either.sub(one, text)
+
+    def encoder(self):
+        used = dict.fromkeys(self.chars, 0)
+
+        def one(m: re.Match) -> str:
+            seen = m.group()
+            if len(seen) > 1 and html.unescape(seen) != seen:
+                return seen  # an entity the source kept, or the model wrote
+            char, rest = seen[0], seen[1:]
+            written = self.written[char]
+            index, used[char] = used[char], used[char] + 1
+            if index < len(written):
+                return written[index] + rest
+            return _ESCAPES.get(char, char) + rest
+
+        return lambda text: self._either.sub(one, text)
+
+
+@dataclass
+class _Segment:
+    pieces: list[str | _Tag] = field(default_factory=list)  # text (entities decoded) and tags
+    spelling: _Spelling | None = None
+
+    @classmethod
+    def of(cls, pieces: list[str | _Tag], quote: str = "") -> _Segment:
+        """A segment of source text pieces and inline tags (or an attribute's value)."""
+        spelling = _Spelling([p for p in pieces if isinstance(p, str)], quote)
+        decoded = [spelling.decode(p) if isinstance(p, str) else p for p in pieces]
+        return cls(decoded, spelling)
+
+    @property
+    def text(self) -> str:
+        return "".join(p if isinstance(p, str) else p.bare for p in self.pieces)
+
+    @property
+    def tags(self) -> list[_Tag]:
+        """Its tags, including tag-like text ("a <b> c" written in the source), in order."""
+        tags: list[_Tag] = []
+        for piece in self.pieces:
+            if isinstance(piece, _Tag):
+                tags.append(piece)
+            else:
+                tags.extend(_Tag(_key(m), m.group(), True) for m in _TAG.finditer(piece))
+        return tags
+
+    def render(self, translation: str) -> tuple[str, int, int]:
+        """The translation with the source's tags; how many the model placed, how many
+        went back by rule."""
+        tags = self.tags
+        found = list(_TAG.finditer(translation))
+        kept = _common([_key(m) for m in found], [t.key for t in tags])  # tag -> found
+        # The translation without its tags, and where each found tag sat in it. A tag of the
+        # model's own between two spaces goes with one of them.
+        matched = set(kept.values())
+        pieces, at, removed, start = [], [], 0, 0
+        for index, m in enumerate(found):
+            end = m.end()
+            if index not in matched and translation[m.start() - 1 : m.start()] == " " and (
+                    translation[end : end + 1] == " "):
+                end += 1
+            pieces.append(translation[start : m.start()])
+            at.append(m.start() - removed)
+            removed += end - m.start()
+            start = end
+        pieces.append(translation[start:])
+        text = "".join(pieces)
+        places = [0] * len(tags)
+        for i, tag in enumerate(tags):
+            if i in kept:
+                places[i] = at[kept[i]]
+            elif tag.key[0] == "close":  # right before the next tag kept
+                later = [at[kept[j]] for j in range(i + 1, len(tags)) if j in kept]
+                places[i] = later[0] if later else len(text)
+            else:  # right after the tag before
+                places[i] = places[i - 1] if i else 0
+        encode = self.spelling.encoder()
+        out, start = [], 0
+        for tag, place in zip(tags, places, strict=True):
+            place = max(place, start)
+            out += [encode(text[start:place]), encode(tag.raw) if tag.in_text else tag.raw]
+            start = place
+        out.append(encode(text[start:]))
+        return "".join(out), len(kept), len(tags) - len(kept)
+
+
+def _common(found: Sequence[tuple[str, str]], wanted: Sequence[tuple[str, str]]) -> dict[int, int]:
+    """A longest common subsequence of ``found`` and ``wanted``: index in wanted -> in found."""
+    n, m = len(found), len(wanted)
+    length = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            length[i][j] = (length[i + 1][j + 1] + 1 if found[i] == wanted[j]
+                            else max(length[i + 1][j], length[i][j + 1]))
+    pairs, i, j = {}, 0, 0
+    while i < n and j < m:
+        if found[i] == wanted[j]:
+            pairs[j] = i
+            i, j = i + 1, j + 1
+        elif length[i + 1][j] >= length[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+@dataclass
+class Document:
+    """A fragment as verbatim source slices and segments (``parts``); ``segments`` are the
+    texts to translate, in document order, then the attribute values to translate (whose
+    places the verbatim slices mark with ``_VALUE``)."""
+
+    parts: list[str | _Segment]
+    values: list[_Segment] = field(default_factory=list)
+
+    @property
+    def segments(self) -> list[str]:
+        return [p.text for p in self.parts if isinstance(p, _Segment)] + [
+            v.text for v in self.values]
+
+    def render(self, translations: Sequence[str]) -> str:
+        """The fragment with segment i replaced by ``translations[i]``."""
+        return self.restore(translations).text
+
+    def restore(self, translations: Sequence[str]) -> Rendered:
+        """``render``, saying how many inline tags the model placed and how many went back
+        by rule."""
+        segments = [p for p in self.parts if isinstance(p, _Segment)]
+        if len(translations) != len(segments) + len(self.values):
+            raise ValueError(f"{len(segments) + len(self.values)} segments, "
+                             f"{len(translations)} translations")
+        given = iter(translations)
+        out, by_model, by_rule = [], 0, 0
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                text, placed, put_back = part.render(next(given))
+                out.append(text)
+                by_model, by_rule = by_model + placed, by_rule + put_back
+        values = [value.render(next(given))[0] for value in self.values]
+        text = "".join(out)
+        if values:
+            text = _VALUE.sub(lambda m: values[int(m.group(1))], text)
+        return Rendered(text, by_model, by_rule)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    by_model: int  # inline tags the model placed in order
+    by_rule: int  # inline tags put back by rule (dropped, moved out of order or mangled)
+
+
+class _Events(HTMLParser):
+    """The fragment's events as (kind, start offset, tag name, attributes)."""
+
+    def __init__(self, source: str):
+        super().__init__(convert_charrefs=True)
+        self.events: list[tuple[str, int, str, dict[str, str | None]]] = []
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        self.feed(source)
+        self.close()
+
+    def parse_html_declaration(self, i: int) -> int:
+        position = self.getpos()
+        try:
+            return super().parse_html_declaration(i)
+        except AssertionError:  # CPython before 3.13 asserts on "<![" without a name after it
+            self.lineno, self.offset = position  # moved before it raised
+            end = self.rawdata.find(">", i + 2)
+            if end < 0:
+                return -1  # more to come, or passed on as text at the end
+            self.handle_comment(self.rawdata[i + 2 : end])
+            return end + 1
+
+    def _add(self, kind: str, name: str = "", attrs: list | None = None) -> None:
+        line, column = self.getpos()
+        self.events.append((kind, self._line_starts[line - 1] + column, name, dict(attrs or [])))
+
+    def handle_starttag(self, tag, attrs):
+        self._add("void" if tag in VOID else "open", tag, attrs)
+
+    def handle_startendtag(self, tag, attrs):
+        self._add("void", tag, attrs)
+
+    def handle_endtag(self, tag):
+        self._add("close", tag)
+
+    def handle_data(self, data):
+        self._add("text")
+
+    def handle_comment(self, data):
+        self._add("other")
+
+    handle_decl = handle_pi = unknown_decl = handle_comment
+
+    def handle_entityref(self, name):  # only without convert_charrefs; kept for safety
+        self._add("text")
+
+    handle_charref = handle_entityref
+
+
+def _left_alone(name: str, attrs: dict[str, str | None]) -> bool:
+    classes = (attrs.get("class") or "").split()
+    return (name in UNTRANSLATED or (attrs.get("translate") or "").lower() == "no"
+            or "notranslate" in classes)
+
+
+def parse(fragment: str, attributes: Sequence[str] = ()) -> Document:
+    """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate; the
+    quoted values of ``attributes`` (e.g. ``("alt", "title")``) of the tags not left alone
+    are segments too, after the texts."""
+    try:
+        events = _Events(fragment).events
+    except AssertionError:  # a parser bug on some malformed input: translate nothing
+        return Document([fragment] if fragment else [])
+    if any(a[1] > b[1] for a, b in itertools.pairwise(events)):  # out of order: ditto
+        return Document([fragment])
+    ends = [start for _, start, _, _ in events[1:]] + [len(fragment)] * bool(events)
+    # Whatever the parser passed over without an event ("</>" at the start) stays as it is.
+    parts: list[str | _Segment] = [fragment[: events[0][1]] if events else fragment]
+    run: list[str | _Tag] = []
+    alone: tuple[str, int] | None = None  # the element left alone and its nesting depth
+    alone_start, inline_alone = 0, False
+
+    values: list[_Segment] = []
+    wanted = {a.lower() for a in attributes} if "\x00" not in fragment else set()
+
+    def flush() -> None:
+        parts.extend(_split_run(run))
+        run.clear()
+
+    def mark_values(tag: str) -> str:
+        """``tag`` with each wanted attribute value cut out into ``values``."""
+        name = _TAG_NAME.match(tag)
+        if not name:
+            return tag
+        out, done = [], 0
+        for m in _ATTRIBUTE.finditer(tag, name.end()):
+            value = m.group(3) or ""
+            if (m.group(1).lower() in wanted and value[:1] in ("'", '"')
+                    and value[1:-1].strip()):
+                out += [tag[done : m.start(3) + 1], _VALUE_MARK % len(values)]
+                values.append(_Segment.of([value[1:-1]], quote=value[0]))
+                done = m.end(3) - 1
+        return "".join(out) + tag[done:]
+
+    for (kind, start, name, attrs), end in zip(events, ends, strict=True):
+        raw = fragment[start:end]
+        if wanted & attrs.keys() and alone is None and not _left_alone(name, attrs):
+            raw = mark_values(raw)
+        if alone is not None:  # inside an element left alone
+            depth = alone[1] + (kind == "open" and name == alone[0]) - (
+                kind == "close" and name == alone[0])
+            alone = (alone[0], depth) if depth else None
+            if alone is None:
+                whole = fragment[alone_start:end]
+                if inline_alone:
+                    run.append(_Tag(("void", name), whole))
+                else:
+                    flush()
+                    parts.append(whole)
+            continue
+        if kind == "open" and _left_alone(name, attrs):
+            alone, alone_start = (name, 1), start
+            inline_alone = name in INLINE or name in {"code", "kbd", "samp", "var"}
+            continue
+        if kind == "text" or (kind != "other" and name in INLINE):
+            if kind == "text":
+                if run and isinstance(run[-1], str):
+                    run[-1] += raw
+                else:
+                    run.append(raw)
+            else:
+                run.append(_Tag((kind, name), raw))
+            continue
+        flush()
+        parts.append(raw)
+    if alone is not None:  # never closed: left alone to the end
+        flush()
+        parts.append(fragment[alone_start:])
+    flush()
+    return Document(_merge(parts), values)
+
+
+def _split_run(run: list[str | _Tag]) -> list[str | _Segment]:
+    """A run of text and inline tags as [verbatim head, segment, verbatim tail]: whitespace
+    and the tags wrapping the whole run stay out of the segment."""
+    pieces = list(run)
+    if not any(isinstance(p, str) and p.strip() for p in pieces):
+        return ["".join(p if isinstance(p, str) else p.raw for p in pieces)]
+    head: list[str] = []
+    tail: list[str] = []
+    while True:
+        first, last = pieces[0], pieces[-1]
+        if isinstance(first, str) and (not first.strip() or first != first.lstrip()):
+            stripped = first.lstrip()
+            head.append(first[: len(first) - len(stripped)])
+            pieces[0:1] = [stripped] if stripped else []
+        elif isinstance(last, str) and (not last.strip() or last != last.rstrip()):
+            stripped = last.rstrip()
+            tail.insert(0, last[len(stripped):])
+            pieces[-1:] = [stripped] if stripped else []
+        elif isinstance(first, _Tag) and first.key[0] == "void":
+            head.append(first.raw)
+            del pieces[0]
+        elif isinstance(last, _Tag) and last.key[0] == "void":
+            tail.insert(0, last.raw)
+            del pieces[-1]
+        elif _wraps(pieces):
+            head.append(pieces[0].raw)
+            tail.insert(0, pieces[-1].raw)
+            pieces = pieces[1:-1]
+        else:
+            break
+    return ["".join(head), _Segment.of(pieces), "".join(tail)]
+
+
+def _wraps(pieces: list[str | _Tag]) -> bool:
+    """Whether the first piece opens the element the last one closes."""
+    first, last = pieces[0], pieces[-1]
+    if not (isinstance(first, _Tag) and isinstance(last, _Tag) and len(pieces) > 2
+            and first.key == ("open", last.key[1]) and last.key[0] == "close"):
+        return False
+    depth = 0
+    for piece in pieces[:-1]:
+        if isinstance(piece, _Tag) and piece.key[1] == first.key[1]:
+            depth += {"open": 1, "close": -1}.get(piece.key[0], 0)
+            if depth == 0:
+                return False  # closed before the end
+    return depth == 1
+
+
+def _merge(parts: list[str | _Segment]) -> list[str | _Segment]:
+    merged: list[str | _Segment] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif part != "":
+            merged.append(part)
+    return merged

@@ -1,0 +1,164 @@
+"""Keep untranslatable items (placeholders, URLs, e-mail addresses, numbers, emoji) verbatim.
+
+``protect(text)`` replaces each item by a numbered marker the model copies through, and
+``Protected.restore(translation)`` puts every item back exactly as it was, each exactly once,
+whatever the model did with the markers:
+
+- a marker the model kept (anywhere, in any order) becomes its item: placed by the model;
+- a marker the model dropped or mangled beyond recognition is put back by rule: at the start
+  of the translation when the item opened the source, at its very end when the item closed
+  the source, otherwise at the end before the translation's closing punctuation;
+- an item the model wrote out itself instead of its marker, or a second copy of the marker of
+  an item that occurs twice ("%s and %s"), counts as placed by the model;
+- a second copy of a marker or of an item, or a marker with a number that was never handed
+  out, is removed (an extra "%s" would crash the caller's printf).
+
+The marker's form is ``MARKER`` (``{0}``, ``{1}``, ...): the en-de model, trained on software
+strings, copies brace placeholders through in place more often than the other forms measured
+(docs/placeholders.md). Any text in the source that already looks like a marker is itself
+masked as an item, so a marker in a translation always means an item of ours.
+
+Numbers are masked as digit runs that stand alone (``20``, ``1,000``, ``3.5``, ``12:30``, not
+the ``3`` of ``MP3``): restoring them verbatim is always correct for the digits, and keeps the
+model from rewriting them. Numbers written as words are the model's to translate.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import regex
+
+# The marker of item N: change the form here (the recogniser follows it). "%d" stands for the
+# number, "%%" for a percent sign.
+MARKER = "{%d}"
+
+_PRINTF = (
+    r"%[A-Za-z_]\w{2,}%(?![%<>])"  # %name% (Windows, game engines)
+    r"|%[<>]"  # GCC's quotes: %<%qs%>
+    r"|%\([A-Za-z_]\w*\)[-+0#]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa%]"  # %(name)s
+    r"|%(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGaAcspn%]"
+    r"|%\d+%?"  # Qt's %1, Boost.Format's %1%
+    r"|%[A-Za-z]"  # strftime's %H, %Y, ...; GNU's %m
+)
+_BRACE = (
+    r"\{\{[^{}\n]*\}\}"  # {{ name }} (Jinja, Handlebars, Angular)
+    r"|\$\{[^{}\s]+\}"  # ${name}
+    r"|\{[\w.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}"  # {0}, {count}, {0:.2f}, {user.name}
+)
+# Trailing punctuation belongs to the sentence, not the URL; brackets only when the URL
+# opened them ("/wiki/Pie_(dish)").
+_URL = (
+    r"(?:https?://|ftp://|www\.)(?:[^\s<>\"()\[\]]|\([^\s<>\"()]*\)|\[[^\s<>\"\[\]]*\])+?"
+    r"(?=[.,;:!?'\")\]]*(?:\s|$|[<>\"]))"
+)
+_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+_EMOJI = (
+    r"\p{Regional_Indicator}{2}"  # flags
+    r"|[#*0-9]\uFE0F?\u20E3"  # keycaps
+    r"|\p{Extended_Pictographic}[\uFE0F\p{Emoji_Modifier}]*"
+    r"(?:\u200D\p{Extended_Pictographic}[\uFE0F\p{Emoji_Modifier}]*)*"
+)
+_NUMBER = r"(?<![\w.,])\d+(?:[.,:]\d+)*(?!\w)"
+_SURPLUS = "\x00"
+_CLOSING = regex.compile(r"[\s.!?…:;。！？\"'”’»)\]]*$")
+
+
+@functools.lru_cache(maxsize=8)
+def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern]:
+    """The items (with anything that looks like ``marker``) and the markers, spaces inside
+    allowed ("{ 0 }")."""
+    parts = marker.replace("%%", "\0").split("%d")
+    before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
+    found = regex.compile(rf"{before}\s*(\d+)" + (rf"\s*{after}" if after else r"(?!\d)"))
+    kinds = (_URL, _EMAIL, _PRINTF, _BRACE, found.pattern, _EMOJI, _NUMBER)
+    return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A translation with every item back: ``by_model`` are the indices of the items whose
+    marker the model placed, ``by_rule`` those put back by rule, ``removed`` the number of
+    surplus markers (copies or unknown numbers) taken out."""
+
+    text: str
+    by_model: tuple[int, ...]
+    by_rule: tuple[int, ...]
+    removed: int
+
+
+@dataclass(frozen=True)
+class Protected:
+    """``text`` with ``items[i]`` replaced by ``marker % i``."""
+
+    text: str
+    items: tuple[str, ...]
+    marker: str
+    # Per item: whether it opened the source, and whether it closed it.
+    at_start: tuple[bool, ...]
+    at_end: tuple[bool, ...]
+
+    def restore(self, translation: str) -> Restored:
+        if not self.items:
+            return Restored(translation, (), (), 0)
+        every, found = _patterns(self.marker)
+        marked = {int(m.group(1)) for m in found.finditer(translation)}
+        by_model: list[int] = []
+        removed = 0
+
+        def place(match: regex.Match) -> str:
+            nonlocal removed
+            seen = match.group()
+            is_marker = found.fullmatch(seen)
+            if is_marker:
+                index = int(is_marker.group(1))
+                if index >= len(self.items):
+                    removed += 1
+                    return _SURPLUS
+                if index not in by_model:
+                    by_model.append(index)
+                    return self.items[index]
+                seen = self.items[index]  # a copy: fine if it stands for a twin item
+            elif seen not in self.items:
+                return seen  # the model's own number, URL, ...: not ours to judge
+            # The model copied an item itself, or a twin's marker ("%s and %s" -> "{1} {1}").
+            for index, item in enumerate(self.items):
+                if item == seen and index not in marked and index not in by_model:
+                    by_model.append(index)
+                    return seen
+            removed += 1
+            return _SURPLUS
+
+        text = every.sub(place, translation)
+        if removed:  # take the surplus out with one of the spaces around it
+            text = regex.sub(rf"^{_SURPLUS} | {_SURPLUS}(?=[ .,;:!?]|$)|{_SURPLUS}", "", text)
+        missing = [i for i in range(len(self.items)) if i not in by_model]
+        for index in missing:
+            text = self._put_back(text, index)
+        return Restored(text, tuple(by_model), tuple(missing), removed)
+
+    def _put_back(self, text: str, index: int) -> str:
+        item = self.items[index]
+        if self.at_start[index]:
+            return f"{item} {text}" if text else item
+        cut = len(text) if self.at_end[index] else _CLOSING.search(text).start()
+        head, tail = text[:cut], text[cut:]
+        return f"{head} {item}{tail}" if head else f"{item}{tail}"
+
+
+def protect(text: str, marker: str = MARKER) -> Protected:
+    """Mask every untranslatable item of ``text`` (see the module's docstring); ``marker``
+    holds "%d" once, where the item's number goes."""
+    items: list[str] = []
+    at_start: list[bool] = []
+    at_end: list[bool] = []
+
+    def mask(found: regex.Match) -> str:
+        items.append(found.group())
+        at_start.append(not text[: found.start()].strip())
+        at_end.append(not text[found.end():].strip())
+        return marker % (len(items) - 1)
+
+    masked = _patterns(marker)[0].sub(mask, text)
+    return Protected(masked, tuple(items), marker, tuple(at_start), tuple(at_end))

@@ -1,0 +1,135 @@
+"""Untranslatable items: masked before the model, back verbatim after, each exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from service.placeholders import MARKER, protect
+
+
+def count(item: str, text: str) -> int:
+    return text.count(item)
+
+
+@pytest.mark.parametrize(
+    ("text", "items"),
+    [
+        ("Deleted %s files", ["%s"]),
+        ("%d of %i (%5.2f%%)", ["%d", "%i", "%5.2f", "%%"]),
+        ("%1$s sent %2$s to %3$d people", ["%1$s", "%2$s", "%3$d"]),
+        ("%(count)d items in %(name)s", ["%(count)d", "%(name)s"]),
+        ("Drag %1 onto %2%", ["%1", "%2%"]),
+        ("builtin %<%qs%> is invalid", ["%<", "%qs", "%>"]),
+        ("At %system%: ready", ["%system%"]),
+        ("{0} of {count} at {0:.2f} by {user.name}", ["{0}", "{count}", "{0:.2f}", "{user.name}"]),
+        ("Hello {{ name }} in ${HOME}", ["{{ name }}", "${HOME}"]),
+        ("See https://example.com/a?b=1&c=2.", ["https://example.com/a?b=1&c=2"]),
+        ("Read https://en.wikipedia.org/wiki/Pie_(dish), or (www.example.org).",
+         ["https://en.wikipedia.org/wiki/Pie_(dish)", "www.example.org"]),
+        ("Write to bob.smith+tag@mail.example.org today", ["bob.smith+tag@mail.example.org"]),
+        ("I love pizza 🍕", ["🍕"]),
+        ("Flags 🇩🇪 hands 👍🏽 family 👨‍👩‍👧 heart ❤️ keycap 1️⃣", ["🇩🇪", "👍🏽", "👨‍👩‍👧", "❤️", "1️⃣"]),
+        ("It takes 20 minutes, 1,000 steps or 3.5 km at 12:30.",
+         ["20", "1,000", "3.5", "12:30"]),
+    ],
+)
+def test_each_kind_is_masked_and_comes_back(text, items):
+    protected = protect(text)
+    assert list(protected.items) == items
+    for item in items:
+        assert item not in protected.text.replace(MARKER % 0, "")  # masked, not left in
+    restored = protected.restore(protected.text)
+    assert restored.text == text
+    assert restored.by_model == tuple(range(len(items))) and restored.by_rule == ()
+
+
+def test_digits_inside_words_stay_for_the_model():
+    assert protect("Play MP3 files on IPv6 in 3D").items == ()
+
+
+def test_text_without_items_is_untouched():
+    protected = protect("Nothing to keep here, 50% off.")
+    assert protected.text == "Nothing to keep here, {0}% off."
+    plain = protect("Open the file menu.")
+    assert plain.items == () and plain.text == "Open the file menu."
+    restored = plain.restore("Öffnen Sie das Dateimenü. {0} {1}")
+    assert restored.text == "Öffnen Sie das Dateimenü. {0} {1}"  # nothing of ours to judge
+
+
+def test_marker_lookalikes_in_the_source_are_masked_too():
+    protected = protect("Keep { 3 } and {7} as they are")
+    assert protected.items == ("{ 3 }", "{7}")
+    assert protected.restore("{1} und {0} bleiben").text == "{7} und { 3 } bleiben"
+
+
+def test_the_model_moving_markers_keeps_them_where_it_put_them():
+    protected = protect("Copy %s to %d places")
+    restored = protected.restore("{1} Orte für {0} kopieren")
+    assert restored.text == "%d Orte für %s kopieren"
+    assert restored.by_model == (1, 0) and restored.by_rule == () and restored.removed == 0
+
+
+def test_spaces_inside_a_marker_are_forgiven():
+    assert protect("Delete %s?").restore("{ 0 } löschen?").text == "%s löschen?"
+
+
+@pytest.mark.parametrize(
+    ("translation", "expected", "by_rule"),
+    [
+        # dropped: the first item opened the source, the second closed it
+        ("Dateien gelöscht", "%d Dateien gelöscht %s", (0, 1)),
+        # duplicated and an unknown number
+        ("{0} {0} Dateien {7} aus {1} gelöscht", "%d Dateien aus %s gelöscht", ()),
+        ("{1} {1}: {0}", "%s: %d", ()),
+        # one dropped in the middle of a sentence: before the closing punctuation
+        ("{0} Dateien gelöscht!", "%d Dateien gelöscht %s!", (1,)),
+        ("", "%d %s", (0, 1)),
+    ],
+)
+def test_every_item_exactly_once_whatever_the_model_does(translation, expected, by_rule):
+    source = "%d files deleted from %s"
+    if expected.endswith("!"):
+        source += "!"
+    protected = protect(source)
+    restored = protected.restore(translation)
+    assert restored.text == expected
+    assert restored.by_rule == by_rule
+    assert Counter(restored.by_model + restored.by_rule) == Counter(range(2))
+    assert count("%d", restored.text) == 1 and count("%s", restored.text) == 1
+
+
+def test_an_item_the_model_copied_itself_counts_once():
+    protected = protect("Hello %s, you have %s")
+    # the model wrote "%s" itself for the first marker and repeated it
+    restored = protected.restore("Hallo %s, du hast {1} %s")
+    assert restored.text == "Hallo %s, du hast %s"
+    assert sorted(restored.by_model) == [0, 1] and restored.removed == 1
+
+
+def test_same_item_twice_comes_back_twice():
+    protected = protect("%s and %s")
+    restored = protected.restore("{1} und {1}")
+    assert restored.text == "%s und %s"
+    assert restored.by_model == (1, 0) and restored.by_rule == () and restored.removed == 0
+
+
+def test_numbers_come_back_verbatim_not_rewritten():
+    protected = protect("Wait 20 minutes")
+    assert protected.text == "Wait {0} minutes"
+    assert protected.restore("Warten Sie {0} Minuten").text == "Warten Sie 20 Minuten"
+    # a model that lost the marker still leaves the number in
+    assert protected.restore("Warten Sie Minuten").text == "Warten Sie Minuten 20"
+
+
+@pytest.mark.parametrize("marker", ["{%d}", "%%%d", "%%%d%%", "<x%d/>", "[[%d]]"])
+def test_any_marker_form_round_trips(marker):
+    text = "Move %s to {dir} (20 files, 🍕) via https://example.com."
+    protected = protect(text, marker)
+    assert protected.text.count(marker % 0) == 1
+    assert protected.restore(protected.text).text == text
+    shuffled = protected.restore(f"{marker % 3} {marker % 1} {marker % 1}")
+    assert Counter(shuffled.by_model + shuffled.by_rule) == Counter(range(len(protected.items)))
+    for item in protected.items:
+        assert shuffled.text.count(item) == 1

@@ -246,7 +246,8 @@ async def _translate(request: Request, state: State, request_id: str) -> Transla
     options = TranslateOptions(
         beam_size=payload.beam_size, max_length=payload.max_length,
         no_repeat_ngram_size=payload.no_repeat_ngram_size,
-        num_alternatives=payload.num_alternatives, return_scores=payload.return_scores)
+        num_alternatives=payload.num_alternatives, return_scores=payload.return_scores,
+        format=payload.format)
     with _invalid_option():
         fixed_options(options, settings)  # a bad request is refused before any other work
     _require_ready(state)

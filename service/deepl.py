@@ -17,7 +17,8 @@ What is accepted but has no effect: ``split_sentences`` (the model translates se
 sentence, so text is always split; ``0`` does not keep a text whole), ``preserve_formatting``
 (whitespace and layout are always kept), ``formality`` ``prefer_more``/``prefer_less`` and
 ``default`` (no loaded model has a formality setting: ``more``/``less`` are refused, as DeepL
-refuses them for a language without one). ``tag_handling`` is refused until markup is supported.
+refuses them for a language without one). ``tag_handling`` ``html`` and ``xml`` keep the markup
+(``service.markup``); ``non_splitting_tags``, ``splitting_tags`` and ``ignore_tags`` are not read.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         raise DeepLError(400, "Parameter 'text' not specified or not a list of strings")
     if not fields.get("target_lang"):
         raise DeepLError(400, "Value for 'target_lang' not supported.")
-    if fields.get("tag_handling"):
-        raise DeepLError(400, "Parameter 'tag_handling' is not supported by this server.")
+    tag_handling = str(fields.get("tag_handling") or "")
+    if tag_handling not in ("", "html", "xml"):
+        raise DeepLError(400, f"Value for 'tag_handling' not supported: {tag_handling}")
     formality = str(fields.get("formality") or "default").lower()
     if formality not in FORMALITIES:
         raise DeepLError(400, f"Value for 'formality' not supported: {formality}")
@@ -128,7 +130,8 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         _check_texts(texts, False, settings)
     except ApiError as exc:
         raise DeepLError(413, exc.message) from None
-    options = TranslateOptions()
+    # XML fragments are read by the same forgiving parser: tags and text kept as sent.
+    options = TranslateOptions(format="html" if tag_handling else "text")
     try:
         fixed_options(options, settings)
     except InvalidOption as exc:

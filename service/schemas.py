@@ -7,6 +7,8 @@ such as ``beamsize`` must fail loudly rather than be ignored. Limits that depend
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -52,6 +54,11 @@ class TranslateRequest(BaseModel):
     )
     return_scores: bool = Field(
         False, description="Include each translation's mean log-probability per token."
+    )
+    format: Literal["text", "html"] = Field(
+        "text", description="html: translate the text of an HTML (or XML) fragment and keep its "
+        "tags, attributes, entities and whitespace; code, pre, script, style and translate=no "
+        "are left alone. No alternatives or scores for html."
     )
 
 

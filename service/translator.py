@@ -15,11 +15,13 @@ with them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service import markup
 from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
 from service.metrics import Metrics
 from service.scheduler import Admission, Scheduler
@@ -29,6 +31,7 @@ from service.text import Segmented, estimate_sentences, split_long, split_senten
 
 Pair = tuple[str, str]
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+FORMATS = ("text", "html")
 
 
 def pair_label(pair: Pair) -> str:
@@ -70,7 +73,7 @@ def fixed_options(options: TranslateOptions, settings: Settings) -> dict[str, An
     """The decoding options a request and the settings fix, checked against the limits
     (``InvalidOption``); the bundle's recommendation fills in the rest (``Translator.resolve``).
     Cheap: routes call it first, to refuse a bad request before any other work."""
-    if options.format != "text":
+    if options.format not in FORMATS:
         raise InvalidOption("format", f"{options.format} format is not supported")
     wanted = options.num_alternatives + 1
     if options.beam_size is not None and options.beam_size > settings.max_beam:
@@ -119,7 +122,10 @@ class Translator:
                         *, deadline: float, request_id: str = "") -> list[TextResult]:
         """One result per text, in order. ``deadline`` is in the event loop's clock. Raises
         ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal before any work
-        is done, or a failure)."""
+        is done, or a failure). HTML (``format="html"``) keeps its markup: its text segments
+        are translated as texts and the document rebuilt around them (``service.markup``)."""
+        if options.format == "html":
+            return await self._translate_html(texts, pair, options, deadline, request_id)
         decode = self.resolve(pair, options)
         engine = self.engines[pair]
         label = pair_label(pair)
@@ -147,6 +153,19 @@ class Translator:
             for segmented, sources in prepared
         ]
 
+
+    async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
+                              deadline: float, request_id: str) -> list[TextResult]:
+        documents = [markup.parse(text) for text in texts]
+        # A line break inside an element is a space in HTML, not the end of a sentence.
+        segments = [segment.replace("\n", " ") for document in documents
+                    for segment in document.segments]
+        plain = dataclasses.replace(options, format="text", num_alternatives=0,
+                                    return_scores=False)
+        translated = iter(await self.translate(segments, pair, plain, deadline=deadline,
+                                               request_id=request_id) if segments else [])
+        return [TextResult(document.render([next(translated).text for _ in document.segments]))
+                for document in documents]
 
     async def _decode(self, sources: list[tuple[int, ...]], pair: Pair, decode: DecodeOptions,
                       deadline: float, admission: Admission, request_id: str,

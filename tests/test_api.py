@@ -399,6 +399,25 @@ def test_a_repeated_sentence_is_served_from_the_sentence_cache(tiny_bundle: Path
     check_app(tiny_bundle, check)
 
 
+def test_html_keeps_its_markup_and_malformed_html_is_no_500(tiny_bundle: Path) -> None:
+    pairs = [line.split("\t") for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+    (first, first_de), (second, second_de) = pairs[0], pairs[2]
+    html = (f"<div>\n  <p>{first}</p>\n  <!-- kept -->\n  <p>{second}</p>\n"
+            "  <pre>x &lt; y</pre><p translate=\"no\">Keep this.</p>\n</div>")
+
+    async def check(client: httpx.AsyncClient) -> None:
+        response = await client.post("/translate", json={"text": html, "format": "html"})
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"][0]["text"] == (
+            f"<div>\n  <p>{first_de}</p>\n  <!-- kept -->\n  <p>{second_de}</p>\n"
+            "  <pre>x &lt; y</pre><p translate=\"no\">Keep this.</p>\n</div>")
+        for broken in ("<p>Unclosed <b>tag", "a < b & c", "<![CDATA[x", "</p></div>"):
+            response = await client.post("/translate", json={"text": broken, "format": "html"})
+            assert response.status_code == 200, (broken, response.text)
+
+    check_app(tiny_bundle, check)
+
+
 def test_languages_and_pair_choice(tmp_path: Path) -> None:
     app = fake_app(tmp_path, "en-de", "de-en", "en-fr")
 

@@ -38,9 +38,12 @@ def test_the_official_deepl_client(server: ServerProcess) -> None:
     targets = client.get_target_languages()
     assert [(x.code, x.supports_formality) for x in targets] == [("DE", False)]
     usage = client.get_usage()
-    expected = len(source) + len(PAIRS[0][0]) + len(PAIRS[1][0])
+    expected = len(source) + len(PAIRS[0][0]) + len(PAIRS[1][0])  # usage before the html one
     assert (usage.character.count, usage.character.limit) == (expected, 100000)
     assert not usage.any_limit_reached
+    html = client.translate_text(f"<p><b>{source}</b></p>", target_lang="DE",
+                                 tag_handling="html")
+    assert html.text == f"<p><b>{target}</b></p>"
     with pytest.raises(deepl.AuthorizationException):
         deepl.Translator("wrong", server_url=server.url).translate_text("a", target_lang="DE")
     with pytest.raises(deepl.DeepLException, match="formality"):
@@ -61,7 +64,7 @@ def test_form_bodies_regional_variants_and_errors(tiny_bundle: Path) -> None:
         for fields, status in (({"text": ["a"], "target_lang": "FR"}, 400),
                                ({"target_lang": "DE"}, 400),
                                ({"text": ["a" * 10_001], "target_lang": "DE"}, 413),
-                               ({"text": ["a"], "target_lang": "DE", "tag_handling": "html"},
+                               ({"text": ["a"], "target_lang": "DE", "tag_handling": "pdf"},
                                 400)):
             response = await client.post("/v2/translate", json=fields)
             assert response.status_code == status, (fields, response.text)

@@ -41,15 +41,22 @@ def test_the_libretranslatepy_client_translates_detects_and_lists(server: Server
 
 
 def test_a_request_shaped_as_mastodon_sends_it(tiny_bundle: Path) -> None:
-    """JSON, q a list, source auto, an api_key field (empty when none is configured)."""
+    """JSON, q a list of HTML posts, source auto, format html, an api_key field (empty when
+    none is configured)."""
 
     async def check(client: httpx.AsyncClient) -> None:
-        sources = [PAIRS[0][0], PAIRS[1][0]]
+        sources = [f"<p>{PAIRS[0][0]}</p>",
+                   f'<p>{PAIRS[1][0]}<br><a href="https://example.org/?a=1&amp;b=2" '
+                   'class="mention">@someone</a></p>']
         response = await client.post("/libretranslate/translate", json={
-            "q": sources, "source": "auto", "target": "de", "format": "text", "api_key": ""})
+            "q": sources, "source": "auto", "target": "de", "format": "html", "api_key": ""})
         assert response.status_code == 200, response.text
         body = response.json()
-        assert body["translatedText"] == [PAIRS[0][1], PAIRS[1][1]]
+        assert body["translatedText"][0] == f"<p>{PAIRS[0][1]}</p>"
+        second = body["translatedText"][1]
+        assert second.startswith(f"<p>{PAIRS[1][1]}<br>")
+        assert '<a href="https://example.org/?a=1&amp;b=2" class="mention">' in second
+        assert second.endswith("</a></p>")
         first, second = body["detectedLanguage"]
         assert first == second and first["language"] == "en" and first["confidence"] > 50
 

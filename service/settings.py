@@ -153,6 +153,11 @@ class Settings(BaseSettings):
         "allows)."
     )
 
+    protect_untranslatables: bool = Field(
+        True, description="Mask placeholders (%s, %1$s, {count}), URLs, e-mail addresses, "
+        "numbers and emoji before translating and put each back verbatim, as often as it was "
+        "there (service/placeholders.py)."
+    )
     cache_mb: int = Field(
         64, ge=0, description="Memory (MiB) of the cache of translated sentences, which "
         "answers a sentence seen before with the same model and options; 0 disables it."
@@ -222,6 +227,7 @@ def settings_from_args(args: Sequence[str] | None = None) -> Settings:
     args = sys.argv[1:] if args is None else list(args)
     parser = ArgumentParser(
         prog="translate-serve",
+        allow_abbrev=False,  # a mistyped flag is an error, not another flag it abbreviates
         description="Serve the translation API. Every flag overrides the environment variable "
         "named beside it; API_KEYS is read from the environment only.",
     )

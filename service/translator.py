@@ -24,6 +24,7 @@ from typing import Any
 from service import markup
 from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
 from service.metrics import Metrics
+from service.placeholders import Protected, protect
 from service.scheduler import Admission, Scheduler
 from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
 from service.settings import Settings
@@ -133,24 +134,26 @@ class Translator:
         # tokenising: a refused request costs next to nothing.
         admission = self.scheduler.admit(label, sum(map(estimate_sentences, set(texts))))
         try:
+            protect_items = self.settings.protect_untranslatables
             if sum(map(len, texts)) <= _INLINE_CHARS:
-                prepared = prepare_texts(texts, engine, pair[1])
+                prepared = prepare_texts(texts, engine, pair[1], protect_items)
             else:
-                prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1])
+                prepared = await asyncio.to_thread(prepare_texts, texts, engine, pair[1],
+                                                   protect_items)
             # Repeated sentences (boilerplate, list items) are decoded once, and sentences
             # translated before not again.
             unique: dict[tuple[int, ...], int] = {}
-            for _, sources in prepared:
-                for ids in sources:
+            for text in prepared:
+                for ids in text.sources:
                     unique.setdefault(tuple(ids), len(unique))
             translations = await self._decode(list(unique), pair, decode, deadline, admission,
                                               request_id)
         finally:
             self.scheduler.release(admission)  # what the sentences did not take
         return [
-            assemble(segmented, [translations[unique[tuple(ids)]] for ids in sources],
+            assemble(text, [translations[unique[tuple(ids)]] for ids in text.sources],
                      options.num_alternatives, options.return_scores)
-            for segmented, sources in prepared
+            for text in prepared
         ]
 
 
@@ -187,33 +190,53 @@ class Translator:
         return found  # type: ignore[return-value]  # every None was filled
 
 
-def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
-                  ) -> list[tuple[Segmented, list[list[int]]]]:
-    """Each text's segmentation and the token ids of its pieces, every piece short enough for
-    the model (sentences longer than its positions are split, never cut)."""
-    cache: dict[str, list[int]] = {}
+@dataclass(frozen=True)
+class Prepared:
+    """One text ready to decode: its segmentation, and for each piece its token ids with its
+    untranslatables masked (``service.placeholders``) and what restores them."""
 
-    def tokenize(piece: str) -> list[int]:
+    segmented: Segmented
+    sources: list[list[int]]
+    protected: list[Protected | None]  # None: nothing masked
+
+
+def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
+                  protect_items: bool = True) -> list[Prepared]:
+    """Each text's segmentation and the token ids of its pieces, every piece short enough for
+    the model (sentences longer than its positions are split, never cut). With
+    ``protect_items`` placeholders, URLs, e-mail addresses, numbers and emoji are masked, so
+    that each comes back verbatim, as often as it went in."""
+    cache: dict[str, tuple[Protected | None, list[int]]] = {}
+
+    def prepare(piece: str) -> tuple[Protected | None, list[int]]:
         if piece not in cache:
-            cache[piece] = engine.tokenize(piece, target_lang)
+            protected = protect(piece) if protect_items else None
+            masked = protected.text if protected else piece
+            cache[piece] = protected, engine.tokenize(masked, target_lang)
         return cache[piece]
 
     prepared = []
     for text in texts:
         segmented = split_sentences(text)
-        segmented = split_long(segmented, engine.max_source_tokens, lambda p: len(tokenize(p)))
-        prepared.append((segmented, [tokenize(piece) for piece in segmented.pieces]))
+        segmented = split_long(segmented, engine.max_source_tokens,
+                               lambda p: len(prepare(p)[1]))
+        protected, sources = zip(*map(prepare, segmented.pieces), strict=True) if (
+            segmented.pieces) else ((), ())
+        prepared.append(Prepared(segmented, list(sources), list(protected)))
     return prepared
 
 
-def assemble(segmented: Segmented, translations: Sequence[Translation], num_alternatives: int,
+def assemble(prepared: Prepared, translations: Sequence[Translation], num_alternatives: int,
              return_scores: bool) -> TextResult:
-    """One text's result: pieces' translations in the original layout, the token-weighted
-    mean score, and the k-th alternative built from each piece's k-th hypothesis."""
+    """One text's result: pieces' translations (untranslatables restored) in the original
+    layout, the token-weighted mean score, and the k-th alternative built from each piece's
+    k-th hypothesis."""
     variants: list[tuple[str, float | None]] = []
     for rank in range(num_alternatives + 1):
         chosen = [t.hypotheses[min(rank, len(t.hypotheses) - 1)] for t in translations]
-        text = segmented.join([h.text for h in chosen])
+        text = prepared.segmented.join([
+            protected.restore(h.text).text if protected else h.text
+            for protected, h in zip(prepared.protected, chosen, strict=True)])
         if rank and any(text == seen for seen, _ in variants):
             continue  # a piece ran out of hypotheses: this would repeat an earlier text
         variants.append((text, _mean_score(chosen) if return_scores else None))

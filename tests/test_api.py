@@ -418,6 +418,22 @@ def test_html_keeps_its_markup_and_malformed_html_is_no_500(tiny_bundle: Path) -
     check_app(tiny_bundle, check)
 
 
+def test_untranslatables_come_back_verbatim_as_often_as_they_went_in(tiny_bundle: Path) -> None:
+    items = ["%s", "{count}", "%1$d", "https://example.org/a?b=1", "info@example.org", "20",
+             "🍕"]
+    text = ("Open %s and {count} files (%1$d new) at https://example.org/a?b=1 or write to "
+            "info@example.org within 20 minutes 🍕")
+
+    async def check(client: httpx.AsyncClient) -> None:
+        response = await client.post("/translate", json={"text": [text, text + " %s"]})
+        first, second = (t["text"] for t in response.json()["translations"])
+        for item in items:
+            assert first.count(item) == 1, (item, first)
+        assert second.count("%s") == 2, second
+
+    check_app(tiny_bundle, check)
+
+
 def test_languages_and_pair_choice(tmp_path: Path) -> None:
     app = fake_app(tmp_path, "en-de", "de-en", "en-fr")
 

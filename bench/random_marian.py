@@ -8,7 +8,8 @@ Source and target SentencePiece models are trained on the source and target colu
 ``--text``; ``vocab.json`` holds their pieces, then filler pieces up to ``--vocab`` entries,
 so the output projection is as wide as a real model's (Opus-MT's en-de: 58,101). The pad row
 is zero (as in Opus-MT: the decoder starts from a zero embedding) and the logits bias is
-random. A script that builds a fixture for a benchmark; nothing in it is measured.
+random (``--bias-std``: how peaked the next-token distributions are). A script that builds
+a fixture for a benchmark; nothing in it is measured.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ PRESETS = {  # Transformer-base as Opus-MT trains it, and Transformer-big (Tatoe
 
 
 def build(out: Path, text: Path, preset: str = "base", vocab_size: int = 58101,
-          seed: int = 0) -> Path:
+          seed: int = 0, bias_std: float = 0.1) -> Path:
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
@@ -67,7 +68,7 @@ def build(out: Path, text: Path, preset: str = "base", vocab_size: int = 58101,
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         model.model.shared.weight[pad].zero_()
-        model.final_logits_bias.normal_(0.0, 0.1)
+        model.final_logits_bias.normal_(0.0, bias_std)
     model.save_pretrained(out)
     MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
                     source_lang="xx", target_lang="yy").save_pretrained(out)
@@ -81,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="TSV (source<TAB>target) to train the SentencePiece models on")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="base")
     parser.add_argument("--vocab", type=int, default=58101)
+    parser.add_argument("--bias-std", type=float, default=0.1,
+                        help="spread of the random logits bias: 0.1 leaves every step's "
+                        "distribution nearly flat (the worst case for a search that scans the "
+                        "best candidates only), 3 makes it peaked as a trained model's are")
     args = parser.parse_args(argv)
-    print(build(args.out, args.text, args.preset, args.vocab))
+    print(build(args.out, args.text, args.preset, args.vocab, bias_std=args.bias_std))
     return 0
 
 

@@ -171,7 +171,7 @@ async def ready(state: State) -> StatusResponse:
         raise ApiError(
             503, "shutting_down", "The service is shutting down.", headers={"Retry-After": "5"}
         )
-    _require_ready(state)
+    require_ready(state)
     assert state.scheduler is not None  # ready implies a scheduler
     if not state.scheduler.healthy_workers:
         raise ApiError(
@@ -224,7 +224,7 @@ async def translate(request: Request, state: State) -> TranslateResponse:
     Texts are split into sentences (and overlong sentences into pieces the model can take),
     translated in the shared running batch, and rejoined with the original whitespace.
     """
-    request_id = _request_id(request)
+    request_id = request_id_of(request)
     # Errors carry the id the logs name. A success has nothing to look up, and a header on
     # it would cost every request FastAPI's merging of a Response parameter.
     try:
@@ -237,12 +237,12 @@ async def translate(request: Request, state: State) -> TranslateResponse:
 async def _translate(request: Request, state: State, request_id: str) -> TranslateResponse:
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     settings = state.settings
-    body = await _read_body(request, _body_limit(settings))
+    body = await read_body(request, body_limit(settings))
     # Parsed here rather than by FastAPI so that any content type is accepted (curl -d sends
     # a form type) and invalid JSON / encodings get their own error codes.
     payload = _parse(body)
     texts = [payload.text] if isinstance(payload.text, str) else payload.text
-    _check_texts(texts, isinstance(payload.text, str), settings)
+    check_texts(texts, isinstance(payload.text, str), settings)
     options = TranslateOptions(
         beam_size=payload.beam_size, max_length=payload.max_length,
         no_repeat_ngram_size=payload.no_repeat_ngram_size,
@@ -250,16 +250,16 @@ async def _translate(request: Request, state: State, request_id: str) -> Transla
         format=payload.format)
     with _invalid_option():
         fixed_options(options, settings)  # a bad request is refused before any other work
-    _require_ready(state)
+    require_ready(state)
     pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
-    _take_rate(state, request, sum(map(len, texts)))
+    take_rate(state, request, sum(map(len, texts)))
     assert state.translator is not None  # ready implies a translator
     work = state.translator.translate(texts, pair, options, deadline=deadline,
                                       request_id=request_id)
     try:
-        results = await _unless_disconnected(request, work)
+        results = await unless_disconnected(request, work)
     except SchedulerError as exc:
-        raise _scheduler_error(exc) from None
+        raise scheduler_error(exc) from None
     return TranslateResponse(
         translations=[
             TranslationResult(
@@ -283,7 +283,7 @@ def _invalid_option() -> Iterator[None]:
         raise ApiError(422, "invalid_field", str(exc), exc.field) from None
 
 
-def _require_ready(state: ServiceState) -> None:
+def require_ready(state: ServiceState) -> None:
     if state.phase == "ready" and state.scheduler is not None and state.scheduler.accepting:
         return
     if state.phase == "failed":
@@ -297,7 +297,7 @@ def _require_ready(state: ServiceState) -> None:
     raise ApiError(503, code, message, headers={"Retry-After": "5"})
 
 
-def _request_id(request: Request) -> str:
+def request_id_of(request: Request) -> str:
     """The client's X-Request-ID when it is a plain token, else a new one: the logs of a
     failure name it, and so does the error response."""
     given = request.headers.get("x-request-id")
@@ -306,7 +306,7 @@ def _request_id(request: Request) -> str:
     return f"{_ID_PREFIX}{next(_request_ids):x}"
 
 
-def _client_key(request: Request, settings: Settings) -> str:
+def client_key(request: Request, settings: Settings) -> str:
     """Whom the rate limits count: the API key (already checked), else the client address."""
     if settings.api_keys:
         authorization = request.headers.get("authorization", "")
@@ -314,12 +314,12 @@ def _client_key(request: Request, settings: Settings) -> str:
     return "addr:" + (request.client.host if request.client else "")
 
 
-def _take_rate(state: ServiceState, request: Request, chars: int) -> None:
+def take_rate(state: ServiceState, request: Request, chars: int) -> None:
     limiter = state.limiter
     if not limiter.enabled:
         return
     try:
-        limiter.take(_client_key(request, state.settings), chars)
+        limiter.take(client_key(request, state.settings), chars)
     except OverCharLimit as exc:
         raise ApiError(
             413,
@@ -336,13 +336,13 @@ def _take_rate(state: ServiceState, request: Request, chars: int) -> None:
         ) from None
 
 
-def _body_limit(settings: Settings) -> int:
+def body_limit(settings: Settings) -> int:
     # The largest body a valid request can be: every char JSON-escaped at worst (12 bytes for
     # a surrogate pair), plus room for the other fields. Anything larger is refused unread.
     return settings.max_texts * (settings.max_chars * 12 + 8) + 4096
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     too_large = ApiError(
         413,
         "body_too_large",
@@ -375,7 +375,7 @@ def _parse(body: bytes) -> TranslateRequest:
         raise from_validation_errors(exc.errors()) from None
 
 
-def _check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
+def check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
     if len(texts) > settings.max_texts:
         raise ApiError(
             413,
@@ -434,7 +434,7 @@ def resolve_pair(source: str | None, target: str | None, engines: dict[Pair, Any
     )
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``, abandoning it if the client hangs up first: a client that gave up (and
     perhaps retries) must not keep its sentences in the batch until the deadline."""
 
@@ -456,7 +456,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def _scheduler_error(exc: SchedulerError) -> ApiError:
+def scheduler_error(exc: SchedulerError) -> ApiError:
     """The HTTP answer to each of the scheduler's refusals and failures."""
     if isinstance(exc, RequestTooLarge):
         return ApiError(

@@ -32,13 +32,13 @@ from fastapi.responses import JSONResponse
 
 from service.api import (
     ServiceState,
-    _check_texts,
-    _client_key,
-    _request_id,
-    _require_ready,
-    _scheduler_error,
-    _take_rate,
-    _unless_disconnected,
+    check_texts,
+    client_key,
+    request_id_of,
+    require_ready,
+    scheduler_error,
+    take_rate,
+    unless_disconnected,
 )
 from service.errors import ApiError
 from service.fields import BadFields, request_fields
@@ -91,7 +91,7 @@ def _language(code: str) -> str:
 
 
 def _client(request: Request, state: ServiceState) -> str:
-    return _client_key(request, state.settings)
+    return client_key(request, state.settings)
 
 
 @router.post("/translate")
@@ -127,7 +127,7 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         raise DeepLError(400, "'formality' is not supported for given 'target_lang'.")
     settings = state.settings
     try:
-        _check_texts(texts, False, settings)
+        check_texts(texts, False, settings)
     except ApiError as exc:
         raise DeepLError(413, exc.message) from None
     # XML fragments are read by the same forgiving parser: tags and text kept as sent.
@@ -136,7 +136,7 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         fixed_options(options, settings)
     except InvalidOption as exc:
         raise DeepLError(400, str(exc)) from None
-    _require_ready(state)
+    require_ready(state)
     target = _language(str(fields["target_lang"]))
     sources = sorted({s for s, t in state.engines if t == target})
     if not sources:
@@ -153,14 +153,14 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     limit = settings.usage_limit_chars
     if limit and state.usage.count(client) + characters > limit:
         raise DeepLError(QUOTA_EXCEEDED, "Quota exceeded")
-    _take_rate(state, request, characters)
+    take_rate(state, request, characters)
     assert state.translator is not None  # ready implies a translator
     work = state.translator.translate(texts, (source, target), options, deadline=deadline,
-                                      request_id=_request_id(request))
+                                      request_id=request_id_of(request))
     try:
-        results = await _unless_disconnected(request, work)
+        results = await unless_disconnected(request, work)
     except SchedulerError as exc:
-        raise _from_api_error(_scheduler_error(exc)) from None
+        raise _from_api_error(scheduler_error(exc)) from None
     state.usage.add(client, characters)
     return JSONResponse({"translations": [
         {"detected_source_language": source.upper(), "text": result.text,

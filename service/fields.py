@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 
 from fastapi import Request
 
-from service.api import _body_limit, _read_body
+from service.api import body_limit, read_body
 from service.settings import Settings
 
 
@@ -20,7 +20,7 @@ class BadFields(ValueError):
 async def request_fields(request: Request, settings: Settings, repeated: str) -> dict[str, Any]:
     """The query's fields, then a JSON body's or else a form body's, in which the field
     ``repeated`` is a list when given more than once."""
-    body = await _read_body(request, _body_limit(settings))
+    body = await read_body(request, body_limit(settings))
     fields: dict[str, Any] = dict(request.query_params)
     if request.headers.get("content-type", "").startswith("application/json"):
         try:

@@ -25,12 +25,12 @@ from fastapi.responses import JSONResponse
 
 from service.api import (
     ServiceState,
-    _check_texts,
-    _request_id,
-    _require_ready,
-    _scheduler_error,
-    _take_rate,
-    _unless_disconnected,
+    check_texts,
+    request_id_of,
+    require_ready,
+    scheduler_error,
+    take_rate,
+    unless_disconnected,
 )
 from service.errors import ApiError
 from service.fields import BadFields, request_fields
@@ -156,22 +156,22 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         raise LibreTranslateError(
             400, "Invalid request: alternatives parameter is not a number") from None
     settings = state.settings
-    _check_texts(texts, not batch, settings)
+    check_texts(texts, not batch, settings)
     options = TranslateOptions(num_alternatives=alternatives, format=text_format)
     try:
         fixed_options(options, settings)
     except InvalidOption as exc:
         raise LibreTranslateError(400, f"Invalid request: {exc}") from None
-    _require_ready(state)
+    require_ready(state)
     pair, detected = _pair(state, str(fields["source"]), str(fields["target"]), texts)
-    _take_rate(state, request, sum(map(len, texts)))
+    take_rate(state, request, sum(map(len, texts)))
     assert state.translator is not None  # ready implies a translator
     work = state.translator.translate(texts, pair, options, deadline=deadline,
-                                      request_id=_request_id(request))
+                                      request_id=request_id_of(request))
     try:
-        results = await _unless_disconnected(request, work)
+        results = await unless_disconnected(request, work)
     except SchedulerError as exc:
-        raise _from_api_error(_scheduler_error(exc)) from None
+        raise _from_api_error(scheduler_error(exc)) from None
     translated = [result.text for result in results]
     others = [[text for text, _ in result.alternatives or [] if text != result.text]
               for result in results]
@@ -206,7 +206,7 @@ async def detect(request: Request) -> JSONResponse:
         if not q:
             raise LibreTranslateError(400, "Invalid request: missing q parameter")
         texts = q if isinstance(q, list) else [q]
-        _require_ready(state)
+        require_ready(state)
         candidates = sorted({source for source, _ in state.engines})
         ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
         return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}

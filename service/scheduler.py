@@ -56,9 +56,11 @@ log = logging.getLogger(__name__)
 # not transient, and only a new process (the orchestrator's restart) may cure it.
 WORKER_RESTARTS = 3
 RESTART_WINDOW_S = 60.0
-# Failed steps in a row, with no step succeeding between them, after which a worker counts as
-# broken and is restarted (a lone poison sentence costs two: its batch's and its own retry).
-WORKER_FAILURE_LIMIT = 8
+# Different sentences failing even alone, in a row (no step succeeding between them), after
+# which a worker counts as broken and is restarted. One poisoned sentence, however often it is
+# sent, is a bad input, not a broken worker: with the sentence cache answering the innocent
+# requests between its copies, counting every failed step had it kill workers for good.
+WORKER_FAILURE_LIMIT = 4
 
 
 class SchedulerError(Exception):
@@ -195,7 +197,8 @@ class _Worker:
         # Idle at its last look, it left the waiting sentences to a better-placed worker, so it
         # may sleep while they wait.
         self.deferred = False
-        self.failures = 0  # failed steps since the last step that succeeded
+        # The sources that failed alone since the last step that succeeded.
+        self.failed_sources: set[tuple[int, ...]] = set()
         # False while a restarted worker proves itself on the canary: none leaves work to it.
         self.proven = proven
         self.thread: threading.Thread | None = None
@@ -693,7 +696,7 @@ class Scheduler:
         except Exception as exc:
             self._step_failed(worker, lane, exc)
             return
-        worker.failures = 0
+        worker.failed_sources.clear()
         if lane.metrics is not None:
             lane.metrics.decode_steps.inc()
             lane.metrics.batch_rows.observe(rows)
@@ -718,7 +721,6 @@ class Scheduler:
         if lane.metrics is not None:
             lane.metrics.step_failures.inc()
             lane.metrics.sentences["retried"].inc(len(jobs))
-        self._failed_step(worker)
 
     def _retry_step(self, worker: _Worker, lane: _Lane) -> None:
         """One step of the sentence being retried alone (taking the next one if none is)."""
@@ -744,15 +746,13 @@ class Scheduler:
             lane.release(job)
             self._count(lane, "failed")
             self._fail(lane, job.request, TranslationFailed(job.request.id, job.index))
-            self._failed_step(worker)
+            worker.failed_sources.add(tuple(job.source))
+            if len(worker.failed_sources) >= WORKER_FAILURE_LIMIT:
+                raise _WorkerBroken(f"{len(worker.failed_sources)} different sentences failed "
+                                    "alone in a row") from exc
             return
-        worker.failures = 0
+        worker.failed_sources.clear()
         self._finish(lane, finished)
-
-    def _failed_step(self, worker: _Worker) -> None:
-        worker.failures += 1
-        if worker.failures >= WORKER_FAILURE_LIMIT:
-            raise _WorkerBroken(f"{worker.failures} failed steps in a row")
 
     def _finish(self, lane: _Lane, finished: list[tuple[Any, Translation]]) -> None:
         for job, translation in finished:

@@ -17,10 +17,12 @@ import pytest
 from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
 from service.metrics import Metrics
 from service.scheduler import (
+    WORKER_FAILURE_LIMIT,
     DeadlineExceeded,
     QueueFull,
     RequestTooLarge,
     Scheduler,
+    SchedulerError,
     SchedulerFailed,
     ShuttingDown,
     TranslationFailed,
@@ -581,6 +583,31 @@ def test_a_worker_that_dies_is_restarted() -> None:
     assert later == "X Y"  # served by the new worker
     assert not scheduler.failed and scheduler.accepting and scheduler.healthy_workers == 1
     assert metrics.registry.get_sample_value("translate_worker_failures_total") == 1
+    scheduler.stop()
+
+
+def test_one_poisoned_sentence_sent_again_and_again_kills_no_worker() -> None:
+    """Copies of one bad sentence in a row, with nothing succeeding between them (as when the
+    sentence cache answers every innocent request), fail their requests only."""
+    engine = FakeEngine(step_s=0.001)
+    poison = engine.tokenize("poison pill")
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, Faults(poison=poison))})
+    scheduler.start()
+
+    async def main() -> tuple[list[object], str]:
+        outcomes: list[object] = []
+        for _ in range(3 * WORKER_FAILURE_LIMIT):
+            try:
+                await scheduler.translate("en-de", [poison], DecodeOptions())
+            except SchedulerError as exc:
+                outcomes.append(exc)
+        later = await scheduler.translate("en-de", [engine.tokenize("x y")], DecodeOptions())
+        return outcomes, later[0].text
+
+    outcomes, later = asyncio.run(main())
+    assert all(isinstance(outcome, TranslationFailed) for outcome in outcomes)
+    assert len(outcomes) == 3 * WORKER_FAILURE_LIMIT and later == "X Y"
+    assert not scheduler.failed and scheduler.healthy_workers == 1
     scheduler.stop()
 
 

@@ -131,8 +131,13 @@ class Translator:
         engine = self.engines[pair]
         label = pair_label(pair)
         # Admitted (or refused) by its estimated sentence count before any splitting or
-        # tokenising: a refused request costs next to nothing.
-        admission = self.scheduler.admit(label, sum(map(estimate_sentences, set(texts))))
+        # tokenising: a refused request costs next to nothing. The estimate errs high, so one
+        # over the limit is counted exactly before it is refused (MAX_REQUEST_CHARS bounds
+        # that split's cost).
+        sentences = sum(map(estimate_sentences, set(texts)))
+        if sentences > self.scheduler.max_request_sentences:
+            sentences = sum(len(split_sentences(text).pieces) for text in set(texts))
+        admission = self.scheduler.admit(label, sentences)
         try:
             protect_items = self.settings.protect_untranslatables
             if sum(map(len, texts)) <= _INLINE_CHARS:

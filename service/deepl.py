@@ -41,7 +41,7 @@ from service.api import (
     unless_disconnected,
 )
 from service.errors import ApiError
-from service.fields import BadFields, request_fields
+from service.fields import BadFields, CompatError, request_fields
 from service.libretranslate import LANGUAGE_NAMES
 from service.scheduler import SchedulerError
 from service.translator import InvalidOption, TranslateOptions, fixed_options
@@ -51,15 +51,10 @@ FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")
 QUOTA_EXCEEDED = 456  # DeepL's status for a spent character quota
 
 
-class DeepLError(Exception):
+class DeepLError(CompatError):
     """An answer in DeepL's error shape."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"message": str(self)}, self.status, headers=self.headers)
+    field = "message"
 
 
 def _from_api_error(exc: ApiError) -> DeepLError:
@@ -88,10 +83,6 @@ def _check_key(request: Request, state: ServiceState, fields: dict[str, Any]) ->
 def _language(code: str) -> str:
     """DeepL's code (``EN-US``, ``pt-br``) as the loaded pairs spell it (``en``, ``pt``)."""
     return code.strip().lower().split("-")[0]
-
-
-def _client(request: Request, state: ServiceState) -> str:
-    return client_key(request, state.settings)
 
 
 @router.post("/translate")
@@ -149,7 +140,7 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         ranked = state.detect_languages(texts, sources) if len(sources) > 1 else []
         source = ranked[0][0] if ranked else sources[0]
     characters = sum(map(len, texts))
-    client = _client(request, state)
+    client = client_key(request, state.settings)
     limit = settings.usage_limit_chars
     if limit and state.usage.count(client) + characters > limit:
         raise DeepLError(QUOTA_EXCEEDED, "Quota exceeded")
@@ -201,7 +192,8 @@ async def usage(request: Request) -> JSONResponse:
         _check_key(request, state, await _fields(request, state))
     except DeepLError as exc:
         return exc.response()
-    answer: dict[str, int] = {"character_count": state.usage.count(_client(request, state))}
+    client = client_key(request, state.settings)
+    answer: dict[str, int] = {"character_count": state.usage.count(client)}
     if state.settings.usage_limit_chars:
         answer["character_limit"] = state.settings.usage_limit_chars
     return JSONResponse(answer)

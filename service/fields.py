@@ -8,9 +8,24 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import Request
+from fastapi.responses import JSONResponse
 
 from service.api import body_limit, read_body
 from service.settings import Settings
+
+
+class CompatError(Exception):
+    """A refusal in a compatible API's own error shape: ``{field: message}`` with its status
+    code; each API names ``field`` (LibreTranslate "error", DeepL "message")."""
+
+    field = "error"
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({self.field: str(self)}, self.status, headers=self.headers)
 
 
 class BadFields(ValueError):

@@ -33,7 +33,7 @@ from service.api import (
     unless_disconnected,
 )
 from service.errors import ApiError
-from service.fields import BadFields, request_fields
+from service.fields import BadFields, CompatError, request_fields
 from service.scheduler import SchedulerError
 from service.translator import InvalidOption, Pair, TranslateOptions, fixed_options
 
@@ -51,15 +51,10 @@ LANGUAGE_NAMES = {
 }
 
 
-class LibreTranslateError(Exception):
+class LibreTranslateError(CompatError):
     """An answer in LibreTranslate's error shape."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"error": str(self)}, self.status, headers=self.headers)
+    field = "error"
 
 
 def _from_api_error(exc: ApiError) -> LibreTranslateError:

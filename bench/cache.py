@@ -20,7 +20,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from service.bundle import load_bundle
-from service.decoding import DecodeOptions, Hypothesis, Translation
+from service.search import DecodeOptions, Hypothesis, Translation
 from service.sentence_cache import (
     ENTRY_OVERHEAD,
     SentenceCache,

@@ -12,7 +12,7 @@ directory, or the CTranslate2 directory itself. The torch paths are left out the
 
 Engines, all on the same weights and the first ``--sentences`` source sentences of TEST.tsv:
 
-* ours fp32 / ours int8: ``service.decoding.Engine`` on the bundle's variants (int8 skipped
+* ours fp32 / ours int8: ``service.engine.Engine`` on the bundle's variants (int8 skipped
   when the bundle has none); ``max_batch_rows`` = batch x beam, so "batch" means sentences;
   the best workers x threads layout for each configuration, from the same layouts as CT2's
   (``Engine(workers=...)`` replicas sharing the batches, as ``inter_threads`` do).
@@ -62,7 +62,8 @@ import torch  # noqa: E402
 
 from bench.ctranslate2_convert import convert  # noqa: E402
 from service.bundle import load_bundle  # noqa: E402
-from service.decoding import NEG_INF, DecodeOptions, Engine  # noqa: E402
+from service.engine import Engine  # noqa: E402
+from service.search import NEG_INF, DecodeOptions  # noqa: E402
 from training.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig  # noqa: E402
 from training.export import load_checkpoint  # noqa: E402
 
@@ -196,7 +197,7 @@ def _no_cache_step(model, src: torch.Tensor, beam: int) -> Step:
 @torch.no_grad()
 def _beam_search(step: Step, limits: list[int], beam: int) -> Outputs:
     """Batched beam search with the engine's rules (``DecodeBatch._beam``, ``_beam_done`` and
-    ``_result`` in service/decoding.py, default ``DecodeOptions``, one hypothesis): scores are
+    ``result`` in service/search.py, default ``DecodeOptions``, one hypothesis): scores are
     float64 sums of log-probs; of the 2 x beam best continuations an EOS ranked within the
     beam finishes a hypothesis and the beam best others go on; a sentence stops at
     ``limits[i]`` tokens, or once its best finished hypothesis beats its best active beam

@@ -211,7 +211,7 @@ def _service_importable() -> None:
 def offline_engine(model_dir: Path):
     """The engine the server would load first from ``model_dir``, in this process."""
     _service_importable()
-    from service.decoding import Engine
+    from service.engine import Engine
     from service.main import bundle_dirs
 
     directories = bundle_dirs(model_dir)

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.placeholders import cpu_model, head_commit, held_out_arguments
-from service.decoding import Engine
+from service.engine import Engine
 from service.markup import parse
 
 ELEMENTS = [("<b>", "</b>"), ("<i>", "</i>"), ("<em>", "</em>"),

@@ -29,7 +29,7 @@ import regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.decoding import Engine
+from service.engine import Engine
 from service.placeholders import _BRACE, _PRINTF, MARKER, protect
 
 PLACEHOLDER = regex.compile(f"(?:{_PRINTF})|(?:{_BRACE})")

@@ -70,7 +70,7 @@ def main() -> None:
     runs = list(dict.fromkeys(runs))  # DEFAULT_BEAM 1 or 4 names a run twice
     variants = set(manifest["variants"])
     scores: dict = {"metric": "sacreBLEU 2.6.0 (13a) and chrF, detokenised, decoded by "
-                              "service.decoding.Engine",
+                              "service.engine.Engine",
                     "served": served}
     data_config = load_config(args.config).data
     for split, variant, beam, no_repeat in runs:

@@ -22,8 +22,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from service.decoding import Engine
 from service.detect import LanguageDetector
+from service.engine import Engine
 from service.errors import ApiError, from_validation_errors
 from service.metrics import Metrics
 from service.ratelimit import OverCharLimit, RateLimited, RateLimiter, Usage

@@ -28,10 +28,11 @@ from service import deepl, libretranslate
 from service.api import ServiceState, router
 from service.bundle import MANIFEST, discover_bundles
 from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
-from service.decoding import DecodeOptions, Engine
+from service.engine import Engine
 from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.scheduler import Scheduler
+from service.search import DecodeOptions
 from service.settings import Settings, settings_from_args
 from service.translator import Pair, Translator, pair_label
 

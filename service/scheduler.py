@@ -47,8 +47,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from service.decoding import DecodeOptions, Engine, Translation
+    from service.engine import Engine
     from service.metrics import Metrics, PairMetrics
+    from service.search import DecodeOptions, Translation
 
 log = logging.getLogger(__name__)
 
@@ -234,9 +235,7 @@ class _Throughput:
 
 def reserved_tokens(source_length: int, options: DecodeOptions) -> int:
     """Worst-case tokens a sentence holds in the batch: every beam row, source plus target."""
-    ratio_cap = int(getattr(options, "max_length_ratio", 2.0) * source_length) + 10
-    target = min(getattr(options, "max_length", 256), ratio_cap)
-    return getattr(options, "beam_size", 1) * (source_length + target)
+    return options.beam_size * (source_length + options.max_new_tokens(source_length))
 
 
 class Scheduler:

@@ -3,7 +3,7 @@
 UI strings, menus and notifications come again and again; a sentence translated once is
 answered from here. That is correct because a sentence's translation depends only on the
 model, its pair, the decoding options and its source tokens, never on the sentences it was
-batched with (the batch invariance ``service.decoding`` guarantees and tests/test_decoding.py
+batched with (the batch invariance ``service.batch`` guarantees and tests/test_decoding.py
 checks), so a cached answer equals a computed one.
 
 Keys (``sentence_key``) hold the model's fingerprint (``model_fingerprint``: manifest,
@@ -29,8 +29,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from service.decoding import Hypothesis, Translation
 from service.metrics import Metrics
+from service.search import Hypothesis, Translation
 
 CacheKey = tuple[Hashable, ...]
 _Frozen = tuple[tuple[Any, ...], ...]  # one tuple of field values per hypothesis

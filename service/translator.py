@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from service import markup
-from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.engine import Engine
 from service.metrics import Metrics
 from service.placeholders import Protected, protect
 from service.scheduler import Admission, Scheduler
+from service.search import DecodeOptions, Hypothesis, Translation
 from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences

@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from service.decoding import (
-    NEG_INF,
-    DecodeOptions,
-    Engine,
-    SourceTooLong,
-    _Hole,
-    available_cpus,
-    length_groups,
-    repeated_ngram_ends,
-    top_candidates,
-)
+from service.batch import Hole, SourceTooLong, length_groups
+from service.engine import Engine, available_cpus
+from service.search import NEG_INF, DecodeOptions, repeated_ngram_ends, top_candidates
 from training.config import BOS_ID, EOS_ID, PAD_ID
 from training.corpus import read_tsv
 from training.export import load_checkpoint
@@ -271,7 +263,7 @@ def test_finished_rows_are_reused_by_sentences_of_the_same_width(engine: Engine,
         while pending and batch.num_rows < 4:
             index = pending.pop(0)
             batch.add(index, engine.tokenize(sources[index]), DecodeOptions())
-        holes = any(isinstance(s, _Hole) for s in batch.sentences)
+        holes = any(isinstance(s, Hole) for s in batch.sentences)
         rows_before = len(batch.tokens)
         results.update(batch.step())
         reused += holes and len(batch.tokens) >= rows_before  # refilled, not compacted

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.decoding import Engine
+from service.engine import Engine
 from training.cli import main
 from training.config import DataConfig, SourceFile
 from training.corpus import read_tsv

@@ -109,7 +109,7 @@ def test_missing_manifest_and_bad_version(bundle_copy: Path, tmp_path: Path) -> 
 
 def test_decoding_travels_and_a_model_card_survives_re_export(tiny_checkpoint: Path,
                                                               tmp_path: Path) -> None:
-    from service.decoding import Engine
+    from service.engine import Engine
 
     out = export.export_bundle(tiny_checkpoint, tmp_path / "b", check_parity=False,
                                decoding={"no_repeat_ngram_size": 1})

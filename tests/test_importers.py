@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.bundle import load_bundle
-from service.decoding import Engine
+from service.engine import Engine
 from tests.conftest import MARIAN_LANGUAGES, OVERFIT_TSV
 from training.importers import UnsupportedModel, import_model
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.engine import Engine
 from service.metrics import Metrics
 from service.scheduler import (
     WORKER_FAILURE_LIMIT,
@@ -29,6 +29,7 @@ from service.scheduler import (
     WorkerRestarted,
     reserved_tokens,
 )
+from service.search import DecodeOptions, Hypothesis, Translation
 from tests.faults import Faults, FaultyEngine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"

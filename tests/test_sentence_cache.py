@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from service.bundle import load_bundle
-from service.decoding import DecodeOptions, Engine, Hypothesis, Translation
+from service.engine import Engine
 from service.metrics import Metrics
+from service.search import DecodeOptions, Hypothesis, Translation
 from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
 from service.settings import Settings
 

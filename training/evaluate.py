@@ -10,7 +10,7 @@ from typing import Any
 
 import sacrebleu
 
-from service.decoding import Engine
+from service.engine import Engine
 from service.normalize import clean_text
 from training.config import DataConfig
 from training.corpus import _iter_raw, _short_name, read_tsv

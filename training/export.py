@@ -31,8 +31,9 @@ from service.bundle import (
     decoder_outputs,
     sha256_file,
 )
-from service.decoding import DISABLED_OPTIMIZERS, DecodeOptions
+from service.engine import DISABLED_OPTIMIZERS
 from service.normalize import clean_text
+from service.search import DecodeOptions
 from service.vocabulary import Vocabulary
 from training.config import ModelConfig
 from training.model import Transformer
@@ -298,7 +299,7 @@ def _fused_decoder_graph(model: Transformer):
       a step.
 
     Each writes its cache output in place when the caller binds it to the input's buffer
-    (onnxruntime's shared past/present buffers; ``service.decoding`` does), else returns a
+    (onnxruntime's shared past/present buffers; ``service.batch`` does), else returns a
     copy. Post-norm Add & Norm is one ``SkipLayerNormalization`` (bias + residual +
     LayerNorm); pre-norm is ``LayerNormalization`` before the sublayer and an Add after. At
     batch 1 a step costs mostly per-node overhead, so the node count is the step time."""

@@ -9,7 +9,8 @@ into sentences (overlong ones into pieces the model can take, never cut), tokeni
 decoding of each repeated sentence, scheduling, and rejoining the translations in the original
 layout with scores and alternatives. Routes only map their request shape onto this call and
 its results back; HTTP concerns (bodies, keys, rate limits, disconnects, status codes) stay
-with them.
+with them. ``Translator.load`` builds one from the settings (the bundles, the scheduler);
+``translate_batch`` is the same call for a program that has no event loop.
 """
 
 from __future__ import annotations
@@ -266,10 +267,10 @@ class Translator:
                         *, deadline: float | None = None, request_id: str = "",
                         ) -> list[TextResult]:
         """One result per text, in order. ``deadline`` is in the event loop's clock (None:
-        none). Raises
-        ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal before any work
-        is done, or a failure). HTML (``format="html"``) keeps its markup: its text segments
-        are translated as texts and the document rebuilt around them (``service.markup``)."""
+        none). Raises ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal
+        before any work is done, or a failure). HTML (``format="html"``) keeps its markup:
+        its text segments are translated as texts and the document rebuilt around them
+        (``service.markup``)."""
         if options.format == "html":
             return await self._translate_html(texts, pair, options, deadline, request_id)
         decode = self.resolve(pair, options)

@@ -339,7 +339,8 @@ def serve_with_faults() -> None:
     """The service, configured from the environment as ``translate-serve`` is, whose engines
     fail every decoder step while POISON is in the batch (a test mode: tests/faults.py)."""
     sys.path.insert(0, str(ROOT))
-    from service.main import create_app, default_engine, server_for
+    from service.loading import default_engine
+    from service.main import create_app, server_for
     from service.settings import Settings
     from tests.faults import Faults, FaultyEngine
 

@@ -212,7 +212,7 @@ def offline_engine(model_dir: Path):
     """The engine the server would load first from ``model_dir``, in this process."""
     _service_importable()
     from service.engine import Engine
-    from service.main import bundle_dirs
+    from service.loading import bundle_dirs
 
     directories = bundle_dirs(model_dir)
     if not directories:

@@ -1,5 +1,6 @@
 """Measure a bundle's scores and write them into its manifest (``scores``), so that the numbers
-a bundle carries are always from its own graphs, decoded by the serving engine:
+a bundle carries are always from its own graphs, translated as the service translates
+(``training.evaluate``: the service's ``Translator``):
 
     .venv/bin/python scripts/score-bundle.py models/en-de runs/en-de/data configs/en-de.toml
 
@@ -69,8 +70,8 @@ def main() -> None:
     ]
     runs = list(dict.fromkeys(runs))  # DEFAULT_BEAM 1 or 4 names a run twice
     variants = set(manifest["variants"])
-    scores: dict = {"metric": "sacreBLEU 2.6.0 (13a) and chrF, detokenised, decoded by "
-                              "service.engine.Engine",
+    scores: dict = {"metric": "sacreBLEU 2.6.0 (13a) and chrF, detokenised, each test line "
+                              "translated as the service answers it (service.translator)",
                     "served": served}
     data_config = load_config(args.config).data
     for split, variant, beam, no_repeat in runs:

@@ -5,8 +5,12 @@ Public surface, as small as CTranslate2's::
     engine = Engine("models/en-de")
     engine.translate(["Hello world."], beam_size=4, num_hypotheses=2)
 
-``translate`` decodes its sentences in ``service.batch``'s running batches, the machinery the
-service's scheduler uses too, so offline and served decoding cannot drift apart.
+Texts (segmentation, untranslatables, cache, HTML) go through ``service.translator``; this
+sentence-level ``translate`` is for measuring the engine itself (bench/decode.py against
+CTranslate2, bench/load.py's offline baseline, bench/markup.py and bench/placeholders.py
+with and without their module). It decodes its sentences in
+``service.batch``'s running batches, the machinery the service's scheduler uses too, so
+offline and served decoding cannot drift apart.
 """
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ import logging
 import logging.config
 import math
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -26,90 +25,28 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service import deepl, libretranslate
 from service.api import ServiceState, router
-from service.bundle import MANIFEST, discover_bundles
 from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
-from service.engine import Engine
 from service.errors import CancelledRequestMiddleware, install_error_handlers
+from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
-from service.scheduler import Scheduler
-from service.search import DecodeOptions
 from service.settings import Settings, settings_from_args
-from service.translator import Pair, Translator, pair_label
+from service.translator import Translator, pair_label
 
 log = logging.getLogger("service")
 
-EngineFactory = Callable[[Path, Settings], Engine]
-WARMUP_SENTENCE = "Hello world."
 # The drain answers every request in the scheduler within SHUTDOWN_GRACE_S; this long after,
 # uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
 SHUTDOWN_BACKSTOP_S = 2
 
 
-def default_engine(bundle_dir: Path, settings: Settings) -> Engine:
-    return Engine(
-        bundle_dir,
-        device=settings.device,
-        threads=settings.threads,
-        variant=settings.variant,
-        workers=settings.workers,
-        memory_arena=settings.memory_arena,
-    )
-
-
-def bundle_dirs(model_dir: Path, names: Sequence[str] = ()) -> list[Path]:
-    """MODEL_DIR may be one bundle or a directory of bundles; ``names`` (MODELS) picks some of
-    the latter, and one that is not there is an error, not a silent omission."""
-    if (model_dir / MANIFEST).is_file():
-        return [model_dir]
-    found = discover_bundles(model_dir)
-    if not names:
-        return found
-    missing = sorted(set(names) - {path.name for path in found})
-    if missing:
-        raise RuntimeError(f"MODELS names {', '.join(missing)}, which {model_dir} does not hold "
-                           f"(it holds: {', '.join(p.name for p in found) or 'nothing'})")
-    return [path for path in found if path.name in names]
-
-
-def load_engines(settings: Settings, factory: EngineFactory) -> dict[Pair, Engine]:
-    directories = bundle_dirs(settings.model_dir, settings.models)
-    if not directories:
-        raise RuntimeError(f"no model bundles in {settings.model_dir} (set MODEL_DIR)")
-    engines: dict[Pair, Engine] = {}
-    for directory in directories:
-        engine = factory(directory, settings)
-        # A multilingual bundle serves a pair per target language, from one set of sessions.
-        for source, target in engine.bundle.pairs:
-            pair = (source.lower(), target.lower())
-            if pair in engines:
-                other = engines[pair].bundle.dir
-                raise RuntimeError(f"{directory} and {other} both serve {pair_label(pair)}")
-            engines[pair] = engine
-            device = getattr(engine, "device", settings.device)
-            log.info("loaded %s from %s on %s", pair_label(pair), directory, device)
-    return engines
-
-
 async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
     """Load, start the scheduler, warm up, mark ready; on failure mark failed (never raise)."""
-    settings = state.settings
     try:
-        state.engines = await asyncio.to_thread(load_engines, settings, factory)
-        scheduler = Scheduler(
-            {pair_label(pair): engine for pair, engine in state.engines.items()},
-            max_batch_tokens=settings.max_batch_tokens,
-            max_batch_rows=settings.max_batch_rows,
-            max_queue=settings.max_queue,
-            max_request_sentences=settings.max_request_sentences,
-            batching=settings.batching,
-            metrics=state.metrics,
-        )
-        scheduler.start()
-        state.scheduler = scheduler
-        state.translator = Translator(state.engines, scheduler, settings, state.metrics)
-        for pair, engine in state.engines.items():
-            sources = [engine.tokenize(WARMUP_SENTENCE, pair[1])]
-            await scheduler.translate(pair_label(pair), sources, DecodeOptions(max_length=16))
+        translator = await asyncio.to_thread(Translator.load, state.settings, factory,
+                                             state.metrics)
+        state.engines, state.scheduler = translator.engines, translator.scheduler
+        state.translator = translator
+        await translator.warm_up()
     except Exception as exc:
         log.exception("loading the models failed")
         state.error = f"{type(exc).__name__}: {exc}"

@@ -9,35 +9,41 @@ into sentences (overlong ones into pieces the model can take, never cut), tokeni
 decoding of each repeated sentence, scheduling, and rejoining the translations in the original
 layout with scores and alternatives. Routes only map their request shape onto this call and
 its results back; HTTP concerns (bodies, keys, rate limits, disconnects, status codes) stay
-with them.
+with them. ``Translator.load`` builds one from the settings (the bundles, the scheduler);
+``translate_batch`` is the same call for a program that has no event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
 
 from service import markup
 from service.engine import Engine
+from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
 from service.metrics import Metrics
 from service.placeholders import Protected, protect
-from service.scheduler import Admission, Scheduler
+from service.scheduler import Admission, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Hypothesis, Translation
 from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
-Pair = tuple[str, str]
+__all__ = ["InvalidOption", "Pair", "TextResult", "TranslateOptions", "Translator",
+           "fixed_options", "pair_label"]
+
+T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
 FORMATS = ("text", "html")
-
-
-def pair_label(pair: Pair) -> str:
-    return f"{pair[0]}-{pair[1]}"
+WARMUP_SENTENCE = "Hello world."
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class TranslateOptions:
     beam_size: int | None = None
     max_length: int | None = None
     no_repeat_ngram_size: int | None = None
+    length_penalty: float | None = None  # beam score = log P / length ** this
+    max_length_ratio: float | None = None  # at most this x source tokens + 10 generated
     num_alternatives: int = 0
     return_scores: bool = False
     format: str = "text"  # "text" | "html"
@@ -97,35 +105,172 @@ def fixed_options(options: TranslateOptions, settings: Settings) -> dict[str, An
         no_repeat = settings.no_repeat_ngram_size
     if no_repeat is not None:
         fixed["no_repeat_ngram_size"] = no_repeat
+    # Neither changes what a sentence may cost: max_length caps its target either way.
+    if options.length_penalty is not None:
+        if not math.isfinite(options.length_penalty):
+            raise InvalidOption("length_penalty", "length_penalty must be a finite number.")
+        fixed["length_penalty"] = options.length_penalty
+    if options.max_length_ratio is not None:
+        if not 0 < options.max_length_ratio < math.inf:
+            raise InvalidOption("max_length_ratio", "max_length_ratio must be above 0.")
+        fixed["max_length_ratio"] = options.max_length_ratio
     return fixed
 
 
 class Translator:
     """Texts in, translations out, over the loaded engines (one per pair) and the scheduler
-    that batches every request's sentences together."""
+    that batches every request's sentences together.
+
+    The service builds one with ``load`` and awaits ``translate``; a program uses it as
+    CTranslate2's ``Translator``::
+
+        with Translator.open("models/en-de") as translator:
+            results = translator.translate_batch(["Hello world."], beam_size=4)
+
+    ``translate_batch`` runs the same ``translate`` on an event loop of its own.
+    """
 
     def __init__(self, engines: dict[Pair, Engine], scheduler: Scheduler, settings: Settings,
                  metrics: Metrics | None = None):
         self.engines = engines
         self.scheduler = scheduler
         self.settings = settings
+        self.metrics = metrics
         # A sentence's translation does not depend on its batch (export checks it), so a
         # cached one is what decoding it again would give.
         self.cache = SentenceCache(settings.cache_mb * 2**20, metrics)
         self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
                        for pair, engine in engines.items()}
+        self._loop: _LoopThread | None = None
+        self._loop_lock = threading.Lock()
+        self._closed = False
+        self._requests: asyncio.Semaphore | None = None
+
+    @classmethod
+    def load(cls, settings: Settings, engine_factory: EngineFactory = default_engine,
+             metrics: Metrics | None = None) -> Translator:
+        """The bundles of ``settings.model_dir`` (those ``settings.models`` names) loaded, and
+        the scheduler over them started; blocks while the bundles load."""
+        engines = load_engines(settings, engine_factory)
+        scheduler = Scheduler(
+            {pair_label(pair): engine for pair, engine in engines.items()},
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_rows=settings.max_batch_rows,
+            max_queue=settings.max_queue,
+            max_request_sentences=settings.max_request_sentences,
+            batching=settings.batching,
+            metrics=metrics,
+        )
+        scheduler.start()
+        return cls(engines, scheduler, settings, metrics)
+
+    @classmethod
+    def open(cls, model_dir: str | Path, **settings: Any) -> Translator:
+        """A bundle, or a directory of bundles, loaded with the service's settings: the
+        environment's (``service.settings``), under ``settings`` given as keywords
+        (``threads=2``, ``cache_mb=0``, ...). ``close`` it, or use it in a ``with`` block."""
+        return cls.load(Settings(model_dir=Path(model_dir), **settings))
+
+    async def warm_up(self) -> None:
+        """One short sentence per pair through the scheduler, so that the first request does
+        not pay for the sessions' first runs."""
+        for pair, engine in self.engines.items():
+            sources = [engine.tokenize(WARMUP_SENTENCE, pair[1])]
+            await self.scheduler.translate(pair_label(pair), sources, DecodeOptions(max_length=16))
+
+    def close(self) -> None:
+        """Stop the scheduler's workers (what is still queued fails with ``ShuttingDown``) and
+        the event loop of ``translate_batch``. The service drains instead
+        (``Scheduler.drain``)."""
+        self.scheduler.stop_accepting()
+        self.scheduler.stop()
+        with self._loop_lock:
+            self._closed = True
+            if self._loop is not None:
+                self._loop.close()
+                self._loop = None
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
 
     def resolve(self, pair: Pair, options: TranslateOptions) -> DecodeOptions:
         """The decoding options of a request: its own, else the settings', else the bundle's
         recommendation, else ``DecodeOptions``' defaults."""
         return self.engines[pair].options(**fixed_options(options, self.settings))
 
+    def translate_batch(self, texts: Sequence[str], pair: Pair | None = None,
+                        options: TranslateOptions | None = None, **option_fields: Any,
+                        ) -> list[TextResult]:
+        """``translate`` for a program: blocks until every text is translated, with no
+        deadline. ``pair`` (source, target) may be left out when one pair is loaded; options
+        come as ``options``, as keywords (``beam_size=4``), or both (the keywords win).
+        Texts of any number are sent in requests within MAX_REQUEST_SENTENCES, as many at
+        once as MAX_QUEUE holds. Raises ``InvalidOption`` for an option outside the limits,
+        ``ValueError`` for a pair not loaded, and the scheduler's errors."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings; put a single text in a list")
+        pair = self._pair(pair)
+        options = dataclasses.replace(options or TranslateOptions(), **option_fields)
+        return self._event_loop().run(self._translate_all(list(texts), pair, options))
+
+    def _pair(self, pair: Pair | None) -> Pair:
+        loaded = ", ".join(pair_label(p) for p in self.engines)
+        if pair is None:
+            if len(self.engines) != 1:
+                raise ValueError(f"several pairs are loaded ({loaded}): name one")
+            return next(iter(self.engines))
+        source, target = pair
+        if (source.lower(), target.lower()) not in self.engines:
+            raise ValueError(f"no model for {source}-{target} (loaded: {loaded})")
+        return source.lower(), target.lower()
+
+    def _event_loop(self) -> _LoopThread:
+        with self._loop_lock:
+            if self._closed:
+                raise ShuttingDown()
+            if self._loop is None:
+                self._loop = _LoopThread()
+            return self._loop
+
+    async def _translate_all(self, texts: list[str], pair: Pair, options: TranslateOptions,
+                             ) -> list[TextResult]:
+        """``texts`` in requests the scheduler admits: consecutive texts estimated at up to
+        MAX_REQUEST_SENTENCES each (a longer text alone), at most as many at once as fill
+        MAX_QUEUE, so that a caller of ``translate_batch`` is never refused for a full queue
+        by its own texts."""
+        limit = self.scheduler.max_request_sentences
+        if self._requests is None:  # made on the loop that uses it
+            self._requests = asyncio.Semaphore(max(1, self.settings.max_queue // limit))
+        chunks: list[list[str]] = [[]]
+        counted = 0
+        for text in texts:
+            count = estimate_sentences(text)
+            if chunks[-1] and counted + count > limit:
+                chunks.append([])
+                counted = 0
+            chunks[-1].append(text)
+            counted += count
+
+        async def translate(chunk: list[str]) -> list[TextResult]:
+            assert self._requests is not None
+            async with self._requests:
+                return await self.translate(chunk, pair, options)
+
+        done = await asyncio.gather(*(translate(chunk) for chunk in chunks if chunk))
+        return [result for results in done for result in results]
+
     async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
-                        *, deadline: float, request_id: str = "") -> list[TextResult]:
-        """One result per text, in order. ``deadline`` is in the event loop's clock. Raises
-        ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal before any work
-        is done, or a failure). HTML (``format="html"``) keeps its markup: its text segments
-        are translated as texts and the document rebuilt around them (``service.markup``)."""
+                        *, deadline: float | None = None, request_id: str = "",
+                        ) -> list[TextResult]:
+        """One result per text, in order. ``deadline`` is in the event loop's clock (None:
+        none). Raises ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal
+        before any work is done, or a failure). HTML (``format="html"``) keeps its markup:
+        its text segments are translated as texts and the document rebuilt around them
+        (``service.markup``)."""
         if options.format == "html":
             return await self._translate_html(texts, pair, options, deadline, request_id)
         decode = self.resolve(pair, options)
@@ -162,9 +307,8 @@ class Translator:
             for text in prepared
         ]
 
-
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
-                              deadline: float, request_id: str) -> list[TextResult]:
+                              deadline: float | None, request_id: str) -> list[TextResult]:
         documents = [markup.parse(text) for text in texts]
         # A line break inside an element is a space in HTML, not the end of a sentence.
         segments = [segment.replace("\n", " ") for document in documents
@@ -177,7 +321,7 @@ class Translator:
                 for document in documents]
 
     async def _decode(self, sources: list[tuple[int, ...]], pair: Pair, decode: DecodeOptions,
-                      deadline: float, admission: Admission, request_id: str,
+                      deadline: float | None, admission: Admission, request_id: str,
                       ) -> list[Translation]:
         """Each source's translation, from the sentence cache or else the scheduler."""
         if not self.cache.enabled:
@@ -258,3 +402,30 @@ def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:
         return None
     total = sum(h.log_prob for h in hypotheses) / sum(h.length for h in hypotheses)
     return total if math.isfinite(total) else None  # -inf has no JSON spelling
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread of its own, for ``translate_batch``: the
+    scheduler answers on the loop that asked, and a program may have none (or one that
+    must not block)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="translator-loop",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, waiting for it; interrupted (Ctrl+C), the work is cancelled,
+        which frees its rows in the running batch."""
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()

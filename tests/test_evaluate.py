@@ -1,4 +1,4 @@
-"""Evaluation scores a bundle with the serving engine, overall and per corpus file."""
+"""Evaluation scores a bundle as the service translates, overall and per corpus file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.engine import Engine
+from service.settings import Settings
 from training.cli import main
 from training.config import DataConfig, SourceFile
 from training.corpus import read_tsv
@@ -61,6 +62,24 @@ def test_verbatim_retention_is_reported(tiny_bundle: Path, tmp_path: Path) -> No
     result = evaluate_bundle(tiny_bundle, test, threads=1)
     kept = [k for k in ("numbers", "names") if result["verbatim"][k]["expected"]]
     assert kept and all(result["verbatim"][k]["rate"] == 100.0 for k in kept)
+
+
+def test_a_line_of_several_sentences_is_translated_as_the_service_would(
+        tiny_bundle: Path, tmp_path: Path) -> None:
+    # Each sentence alone is memorised; the model never saw them joined on one line.
+    (s1, t1), (s2, t2), (s3, t3) = read_tsv(FIXTURE)[:3]
+    test = tmp_path / "test.tsv"
+    test.write_text(f"{s1} {s2}\t{t1} {t2}\n{s3}\t{t3}\n")
+    result = evaluate_bundle(tiny_bundle, test, threads=1, hypotheses_out=tmp_path / "hyp")
+    assert (tmp_path / "hyp").read_text().splitlines() == [f"{t1} {t2}", t3]
+    assert (result["sentences"], result["bleu"]) == (2, 100.0)
+
+
+def test_options_left_out_are_the_services(tiny_bundle: Path, tmp_path: Path) -> None:
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in read_tsv(FIXTURE)[:2]))
+    result = evaluate_bundle(tiny_bundle, test, threads=1)
+    assert result["beam_size"] == Settings().default_beam
 
 
 def test_cli_passes_the_decoding_options(tiny_bundle: Path, tmp_path: Path, capsys) -> None:

@@ -130,7 +130,7 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
                              max_length_ratio=args.max_length_ratio,
                              no_repeat_ngram_size=args.no_repeat_ngram_size, limit=args.limit,
                              variant=args.variant, threads=args.threads,
-                             hypotheses_out=args.hypotheses,
+                             workers=args.workers, hypotheses_out=args.hypotheses,
                              by_source=config.data if args.by_source else None,
                              target_lang=args.target_lang)
     print(json.dumps(result, indent=2, default=str))
@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")
     p.add_argument("bundle")
     p.add_argument("test_tsv")
-    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=None,
+                   help="default: the service's (DEFAULT_BEAM, 2 unless set)")
     p.add_argument("--length-penalty", type=float, default=None,
                    help="beam score = log P / length ** this (default: the bundle's, else 1.0)")
     p.add_argument("--max-length-ratio", type=float, default=None,
@@ -236,7 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "bundle's, else 0)")
     p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
     p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0,
+                   help="onnxruntime threads (default: the service's, THREADS)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="decoding workers (default: the service's, WORKERS)")
     p.add_argument("--hypotheses", default=None, help="write the translations to this file")
     p.add_argument("--target-lang", default=None,
                    help="the target language, for a multilingual bundle")

@@ -1,6 +1,7 @@
-"""BLEU and chrF of a bundle on a test file, decoded by the serving engine itself, so that
-training and serving are measured by the same code; with them, how often the output keeps the
-source's numbers, names and URLs (``training.verbatim``)."""
+"""BLEU and chrF of a bundle on a test file, translated by the service's own ``Translator``
+(segmentation, untranslatables masked, decoding options resolved as a request's, the default
+variant and workers, the scheduler), so that a score is what the service answers; with them,
+how often the output keeps the source's numbers, names and URLs (``training.verbatim``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 
 import sacrebleu
 
-from service.engine import Engine
+from service.loading import pair_label
+from service.metrics import Metrics
 from service.normalize import clean_text
+from service.settings import Settings
+from service.translator import Pair, TranslateOptions, Translator
 from training.config import DataConfig
 from training.corpus import _iter_raw, _short_name, read_tsv
 from training.verbatim import verbatim_retention
@@ -21,7 +25,7 @@ def evaluate_bundle(
     bundle: str | Path,
     test_tsv: str | Path,
     *,
-    beam_size: int = 1,
+    beam_size: int | None = None,
     length_penalty: float | None = None,
     max_length_ratio: float | None = None,
     no_repeat_ngram_size: int | None = None,
@@ -29,62 +33,79 @@ def evaluate_bundle(
     variant: str | None = None,
     threads: int = 0,
     workers: int = 0,
-    max_batch_rows: int = 64,
     hypotheses_out: str | Path | None = None,
     by_source: DataConfig | None = None,
     target_lang: str | None = None,
 ) -> dict[str, Any]:
     """Translate the source side of ``test_tsv`` and score it against the target side.
-    Sentences longer than the model's positions are skipped and counted, not cut. With
-    ``by_source`` (the data config that prepared the file) it also scores each source file's
-    share of the pairs (``by_source``) and each of the config's ``domains`` (``by_domain``), to
-    see which domains the model handles. Decoding options left None are the bundle's
-    recommendation, as in the service. ``target_lang`` picks the target language of a
-    multilingual bundle."""
+
+    Each source line is one text, as a client would send it: lines holding several sentences
+    are split and rejoined, sentences longer than the model's positions split into pieces.
+    Options left None are what a request without them gets: the service's settings
+    (``DEFAULT_BEAM``, ...), then the bundle's recommendation. The sentence cache is off, so
+    that a line repeated in the file costs its decoding as the first did and the speed
+    reported is the decoder's. With ``by_source`` (the data config that prepared the file) it
+    also scores each source file's share of the pairs (``by_source``) and each of the
+    config's ``domains`` (``by_domain``), to see which domains the model handles.
+    ``target_lang`` picks the target language of a multilingual bundle."""
     pairs = read_tsv(test_tsv)[:limit] if limit else read_tsv(test_tsv)
-    engine = Engine(
-        bundle,
-        device="cpu" if threads else "auto",
-        threads=threads,
-        variant=variant,
-        workers=workers,  # 0: the service's default, so evaluation runs as fast as serving
-    )
-    usable = [(s, t) for s, t in pairs
-              if len(engine.tokenize(s, target_lang)) <= engine.max_source_tokens]
-    sources = [s for s, _ in usable]
-    references = [t for _, t in usable]
-    start = time.perf_counter()
-    given = dict(length_penalty=length_penalty, max_length_ratio=max_length_ratio,
-                 no_repeat_ngram_size=no_repeat_ngram_size)
-    options = engine.options(beam_size=beam_size,
-                             **{key: value for key, value in given.items() if value is not None})
-    translations = engine.translate(sources, max_batch_rows=max_batch_rows,
-                                    target_lang=target_lang, **vars(options))
-    seconds = time.perf_counter() - start
-    hypotheses = [t.text for t in translations]
+    settings = Settings(
+        model_dir=Path(bundle), models=[], device="cpu" if threads else "auto",
+        threads=threads, workers=workers, variant=variant, cache_mb=0,
+        # A beam wider than the service allows is still worth measuring.
+        max_beam=max(beam_size or 1, Settings.model_fields["max_beam"].default))
+    options = TranslateOptions(beam_size=beam_size, length_penalty=length_penalty,
+                               max_length_ratio=max_length_ratio,
+                               no_repeat_ngram_size=no_repeat_ngram_size)
+    metrics = Metrics()
+    with Translator.load(settings, metrics=metrics) as translator:
+        pair = bundle_pair(translator, target_lang)
+        decoding = translator.resolve(pair, options)
+        sources = [s for s, _ in pairs]
+        references = [t for _, t in pairs]
+        start = time.perf_counter()
+        hypotheses = [r.text for r in translator.translate_batch(sources, pair, options)]
+        seconds = time.perf_counter() - start
+        variant = translator.engines[pair].variant
     if hypotheses_out:
         Path(hypotheses_out).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    generated = sum(len(t.hypotheses[0].token_ids) + 1 for t in translations)
+    labels = {"pair": pair_label(pair)}
+    # Each decoded sentence's tokens and its EOS.
+    generated = sum(metrics.registry.get_sample_value(name, labels) or 0 for name, labels in (
+        ("translate_generated_tokens_total", labels),
+        ("translate_sentences_total", {**labels, "outcome": "done"})))
     result = {
         "bundle": str(bundle),
-        "variant": engine.variant,
+        "variant": variant,
         "test": str(test_tsv),
-        "sentences": len(usable),
-        "skipped_too_long": len(pairs) - len(usable),
-        "beam_size": beam_size,
-        "length_penalty": options.length_penalty,
-        "max_length_ratio": options.max_length_ratio,
-        "no_repeat_ngram_size": options.no_repeat_ngram_size,
+        "sentences": len(pairs),
+        "beam_size": decoding.beam_size,
+        "length_penalty": decoding.length_penalty,
+        "max_length_ratio": decoding.max_length_ratio,
+        "no_repeat_ngram_size": decoding.no_repeat_ngram_size,
         **score_rows(sources, hypotheses, references),
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(generated / seconds, 1) if seconds else None,
     }
     if by_source is not None:
-        groups = rows_by_source(usable, hypotheses, by_source)
+        groups = rows_by_source(pairs, hypotheses, by_source)
         result["by_source"] = {name: score_rows(*rows) for name, rows in groups.items()}
         domains = rows_by_domain(groups, by_source.domains)
         result["by_domain"] = {name: score_rows(*rows) for name, rows in domains.items()}
     return result
+
+
+def bundle_pair(translator: Translator, target_lang: str | None) -> Pair:
+    """The pair of the loaded bundle that translates into ``target_lang``; the only one when
+    that is None."""
+    pairs = sorted(translator.engines)
+    if target_lang is None and len(pairs) == 1:
+        return pairs[0]
+    chosen = [pair for pair in pairs if pair[1] == (target_lang or "").lower()]
+    if not chosen:
+        targets = ", ".join(target for _, target in pairs)
+        raise ValueError(f"give the target language (--target-lang): one of {targets}")
+    return chosen[0]
 
 
 Rows = tuple[list[str], list[str], list[str]]  # sources, hypotheses, references

@@ -1,0 +1,75 @@
+"""The Translator as a Python API: one object, one call, the service's text pipeline."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.scheduler import ShuttingDown
+from service.translator import InvalidOption, TranslateOptions, Translator
+from training.corpus import read_tsv
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
+PAIRS = read_tsv(FIXTURE)[:16]  # the tiny model has learned these by heart
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_bundle: Path) -> Iterator[Translator]:
+    with Translator.open(tiny_bundle, device="cpu", threads=1, workers=1) as translator:
+        yield translator
+
+
+def test_translates_texts_as_the_service_does(translator: Translator) -> None:
+    (s1, t1), (s2, t2), (s3, t3) = PAIRS[:3]
+    results = translator.translate_batch([s1, f"{s2} {s3}\n\n{s1}", ""])
+    assert [r.text for r in results] == [t1, f"{t2} {t3}\n\n{t1}", ""]
+    # The default pair is the only one loaded; naming it changes nothing.
+    assert translator.translate_batch([s1], ("EN", "de"))[0].text == t1
+
+
+def test_options_as_an_object_or_as_keywords(translator: Translator) -> None:
+    source, target = PAIRS[0]
+    by_object = translator.translate_batch(
+        [source], options=TranslateOptions(beam_size=4, num_alternatives=2, return_scores=True))
+    by_keywords = translator.translate_batch([source], beam_size=4, num_alternatives=2,
+                                             return_scores=True)
+    assert by_object == by_keywords
+    best = by_object[0]
+    assert best.text == target
+    assert best.score is not None and math.isfinite(best.score) and best.score <= 0
+    assert best.alternatives and len(best.alternatives) <= 2
+    assert all(text != target for text, _ in best.alternatives)
+
+
+def test_more_texts_than_one_request_may_hold(tiny_bundle: Path) -> None:
+    # 16 texts, 4 sentences a request and 8 in the queue: four requests, two at a time.
+    with Translator.open(tiny_bundle, device="cpu", threads=1, workers=1,
+                         max_request_sentences=4, max_queue=8) as translator:
+        results = translator.translate_batch([s for s, _ in PAIRS])
+    assert [r.text for r in results] == [t for _, t in PAIRS]
+
+
+def test_bad_calls_are_refused_with_the_reason(translator: Translator) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        translator.translate_batch(["a"], beam_size=99)
+    assert refused.value.field == "beam_size"
+    with pytest.raises(InvalidOption) as refused:
+        translator.translate_batch(["a"], length_penalty=math.nan)
+    assert refused.value.field == "length_penalty"
+    with pytest.raises(ValueError, match="no model for en-fr"):
+        translator.translate_batch(["a"], ("en", "fr"))
+    with pytest.raises(TypeError, match="list"):
+        translator.translate_batch("a text, not a list")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        translator.translate_batch(["a"], beam_width=2)  # not an option
+
+
+def test_a_closed_translator_refuses_work(tiny_bundle: Path) -> None:
+    translator = Translator.open(tiny_bundle, device="cpu", threads=1, workers=1)
+    assert translator.translate_batch([PAIRS[0][0]])[0].text == PAIRS[0][1]
+    translator.close()
+    with pytest.raises(ShuttingDown):
+        translator.translate_batch([PAIRS[0][0]])

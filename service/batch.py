@@ -80,7 +80,7 @@ class DecodeBatch:
         # Every cache lives in ``cache``'s buffers, which the graph updates in place; a row's
         # position is its self-cache length (see the module docstring).
         self.cache = BatchCache(e.layers, e.heads, e.head_dim, e.vocab_size,
-                                e.bundle.max_positions)
+                                e.bundle.max_positions, e.cache_dtype)
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
         self._holes = False  # some entries of self.sentences are Hole

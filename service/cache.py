@@ -41,18 +41,22 @@ def _grown(buffer: np.ndarray, rows: int, shape: tuple[int, ...], zeroed: bool =
 
 
 class BatchCache:
+    """``dtype`` is the graph's cache type (float32, or float16 for the fp16 variant);
+    log-probs are float32 whatever the graph computes in."""
+
     def __init__(self, layers: int, heads: int, head_dim: int, vocab: int,
-                 max_columns: int) -> None:
+                 max_columns: int, dtype: np.dtype | type = np.float32) -> None:
         self.layers, self.heads, self.head_dim, self.vocab = layers, heads, head_dim, vocab
         self.max_columns = max_columns
+        self.dtype = np.dtype(dtype)
         self.rows = 0
-        empty = np.zeros((0, heads, 0, head_dim), np.float32)  # replaced, never written
+        empty = np.zeros((0, heads, 0, head_dim), self.dtype)  # replaced, never written
         self.self_keys = [empty] * layers
         self.self_values = [empty] * layers
         self.cross_keys = [empty] * layers
         self.cross_values = [empty] * layers
         self.src_mask = np.zeros((0, 0), bool)
-        self.cross_last = np.zeros((0, 1, layers * 2 * heads * head_dim), np.float32)
+        self.cross_last = np.zeros((0, 1, layers * 2 * heads * head_dim), self.dtype)
         self.log_probs_buffer = np.zeros((0, vocab), np.float32)
         self.version = next(_versions)  # changes whenever a bound array would: rebind
 

@@ -66,6 +66,19 @@ def auto_workers(device: str, threads: int) -> int:
     return 2 if device == "cpu" and threads >= 2 else 1
 
 
+# onnxruntime's names of the float types a graph's caches may have
+FLOAT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16)}
+
+
+def graph_dtype(session: ort.InferenceSession, name: str) -> np.dtype:
+    """The numpy dtype of ``session``'s float input ``name``: the fp32 graphs' caches are
+    float32, the fp16 variant's float16."""
+    kind = next(arg.type for arg in session.get_inputs() if arg.name == name)
+    if kind not in FLOAT_TYPES:
+        raise BundleError(f"{name} is {kind}; the engine handles {', '.join(FLOAT_TYPES)}")
+    return FLOAT_TYPES[kind]
+
+
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 # Up to this many rows an offline call decodes in its replica's spare batch (Engine._batch_for).
 # Beyond it setting a batch up is a small share of the call, and a larger spare's buffers
@@ -154,6 +167,7 @@ class Engine:
                                     disabled_optimizers=DISABLED_OPTIMIZERS)
         self.encoder = session(str(encoder_path), options)
         self.decoder = session(str(decoder_path), options)
+        self.cache_dtype = graph_dtype(self.decoder, "self_keys_0")
         # The int8 decoder gets a second session with one thread for steps of up to
         # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
         # a second thread for each costs more than it saves (not so for fp32 or the encoder).
@@ -182,11 +196,15 @@ class Engine:
 
     def _default_variant(self) -> str:
         """The manifest's choice, except on CUDA: the int8 graphs are shaped for onnxruntime's
-        CPU integer kernels, so a GPU gets the fp32 graphs when the bundle has them."""
-        manifest = self.bundle.manifest
-        if self.providers[0] == "CUDAExecutionProvider" and "fp32" in manifest["variants"]:
-            return "fp32"
-        return manifest["default_variant"]
+        CPU integer kernels, and GroupQueryAttention has CUDA kernels for fp16 and bf16 only,
+        so a GPU gets the fp16 graphs when the bundle has them, else fp32 (whose attention then
+        runs on the CPU provider). fp16 is never chosen on a CPU: its kernels there convert to
+        fp32 and back around most nodes."""
+        variants = self.bundle.manifest["variants"]
+        if self.device == "cuda":
+            return next((name for name in ("fp16", "fp32") if name in variants),
+                        self.bundle.manifest["default_variant"])
+        return self.bundle.manifest["default_variant"]
 
     @property
     def device(self) -> str:

@@ -75,8 +75,8 @@ class Settings(BaseSettings):
     )
     variant: str | None = Field(
         None, description=(
-            "Bundle variant to serve (fp32, int8); default: the manifest's choice on CPU, "
-            "fp32 on CUDA."
+            "Bundle variant to serve (fp32, int8, fp16); default: the manifest's choice on "
+            "CPU, fp16 on CUDA when the bundle has it, else fp32."
         ),
     )
 

@@ -104,20 +104,28 @@ class BatchCache:
         if (capacity, columns) != (self.capacity, self.columns):
             # Only columns before a row's position are read: nothing to zero.
             shape = (capacity, self.heads, columns, self.head_dim)
-            self.self_keys = [_grown(b, self.rows, shape, False) for b in self.self_keys]
-            self.self_values = [_grown(b, self.rows, shape, False) for b in self.self_values]
+            self.self_keys = [self._resized(b, shape, False) for b in self.self_keys]
+            self.self_values = [self._resized(b, shape, False) for b in self.self_values]
             self.version = next(_versions)
         if (capacity, src_width) != (self.capacity, self.src_width):
             shape = (capacity, self.heads, src_width, self.head_dim)
-            self.cross_keys = [_grown(b, self.rows, shape) for b in self.cross_keys]
-            self.cross_values = [_grown(b, self.rows, shape) for b in self.cross_values]
+            self.cross_keys = [self._resized(b, shape) for b in self.cross_keys]
+            self.cross_values = [self._resized(b, shape) for b in self.cross_values]
             self.src_mask = _grown(self.src_mask, self.rows, (capacity, src_width))
             self.version = next(_versions)
         if capacity != self.capacity:
-            self.cross_last = _grown(self.cross_last, self.rows,
-                                     (capacity, *self.cross_last.shape[1:]))
+            width = self.layers * 2 * self.heads * self.head_dim
+            self.cross_last = self._resized(self.cross_last, (capacity, 1, width))
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
+
+    def _resized(self, buffer: np.ndarray, shape: tuple[int, ...], zeroed: bool = True,
+                 ) -> np.ndarray:
+        return _grown(buffer, self.rows, shape, zeroed)
+
+    def changed(self) -> None:
+        """Record that a bound array changed: bindings made before must be made again."""
+        self.version = next(_versions)
 
     def set_rows(self, rows: int) -> None:
         if rows > self.capacity:
@@ -158,16 +166,23 @@ class BatchCache:
         moved = np.flatnonzero(order != np.arange(count))
         sources = order[moved]
         if len(moved):
-            for buffers in (self.self_keys, self.self_values):
-                for buffer in buffers:
-                    buffer[moved, :, :columns] = buffer[sources, :, :columns]
+            for buffer in (*self.self_keys, *self.self_values):
+                self._move(buffer, moved, sources, columns)
             if cross:
-                for buffers in (self.cross_keys, self.cross_values):
-                    for buffer in buffers:
-                        buffer[moved] = buffer[sources]
+                for buffer in (*self.cross_keys, *self.cross_values, self.cross_last):
+                    self._move(buffer, moved, sources)
                 self.src_mask[moved] = self.src_mask[sources]
-                self.cross_last[moved] = self.cross_last[sources]
         self.set_rows(count)
+
+    @staticmethod
+    def _move(buffer: np.ndarray, moved: np.ndarray, sources: np.ndarray,
+              columns: int | None = None) -> None:
+        """Rows ``moved`` of ``buffer`` take rows ``sources``' values (their first ``columns``
+        columns, or all)."""
+        if columns is None:
+            buffer[moved] = buffer[sources]
+        else:
+            buffer[moved, :, :columns] = buffer[sources, :, :columns]
 
     # -- onnxruntime ----------------------------------------------------------------------
     def bind(self, binding: ort.IOBinding) -> None:
@@ -183,10 +198,14 @@ class BatchCache:
                 # present_keys_i for self_keys_i, present_cross_keys_i for cross_keys_i
                 output = "present_" + name.removeprefix("self_")
                 binding.bind_ortvalue_output(f"{output}_{layer}", value)
+        binding.bind_ortvalue_input(
+            "cross_last", ort.OrtValue.ortvalue_from_numpy(self.cross_last[:rows]))
+        self._bind_host(binding)
+
+    def _bind_host(self, binding: ort.IOBinding) -> None:
+        """The arrays that live in host memory whatever the device: the log-probs the search
+        reads and the source mask (a byte a source position)."""
         binding.bind_ortvalue_output(
-            "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[:rows])
-        )
-        for name in ("src_mask", "cross_last"):
-            binding.bind_ortvalue_input(
-                name, ort.OrtValue.ortvalue_from_numpy(getattr(self, name)[:rows])
-            )
+            "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[: self.rows]))
+        binding.bind_ortvalue_input(
+            "src_mask", ort.OrtValue.ortvalue_from_numpy(self.src_mask[: self.rows]))

@@ -29,6 +29,8 @@ import onnxruntime as ort
 
 from service.batch import DecodeBatch, Encoded, SourceTooLong
 from service.bundle import Bundle, BundleError, load_bundle
+from service.cache import BatchCache
+from service.device_cache import DeviceCache, DeviceOps
 from service.normalize import build_tables, clean_text
 from service.search import DecodeOptions, Translation
 from service.vocabulary import Vocabulary
@@ -103,6 +105,7 @@ class Engine:
         variant: str | None = None,
         workers: int = 1,
         memory_arena: bool = False,
+        device_cache: bool | None = None,
     ):
         if threads < 0 or workers < 0:
             raise ValueError(f"threads and workers must be >= 0, got {threads} and {workers}")
@@ -127,6 +130,9 @@ class Engine:
         build_tables()  # the normaliser's table, else the first non-ASCII sentence waits for it
         self.providers = self._providers(device)
         self.variant = variant or self._default_variant()
+        # Batches keep their caches in device memory (service.device_cache) on CUDA; True on
+        # a CPU runs that code on the CPU provider (its tests).
+        self.device_cache = self.device == "cuda" if device_cache is None else device_cache
         model = self.bundle.manifest["model"]
         self.layers, self.heads = model["decoder_layers"], model["heads"]
         self.head_dim = model["head_dim"]
@@ -168,6 +174,8 @@ class Engine:
         self.encoder = session(str(encoder_path), options)
         self.decoder = session(str(decoder_path), options)
         self.cache_dtype = graph_dtype(self.decoder, "self_keys_0")
+        self.device_ops = (DeviceOps(self.providers, self.device, self.cache_dtype)
+                           if self.device_cache else None)
         # The int8 decoder gets a second session with one thread for steps of up to
         # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
         # a second thread for each costs more than it saves (not so for fp32 or the encoder).
@@ -217,6 +225,14 @@ class Engine:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.vocabulary.decode(ids)
+
+    def new_cache(self) -> BatchCache:
+        """Buffers for a batch's caches: in device memory when ``device_cache``."""
+        shape = (self.layers, self.heads, self.head_dim, self.vocab_size,
+                 self.bundle.max_positions)
+        if self.device_ops is not None:
+            return DeviceCache(self.device_ops, *shape)
+        return BatchCache(*shape, self.cache_dtype)
 
     def new_batch(self) -> DecodeBatch:
         """A batch for continuous batching."""

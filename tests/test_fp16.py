@@ -64,16 +64,32 @@ def test_fp16_graphs_keep_caches_in_half_and_log_probs_in_float(fp16_bundle: Pat
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_fp16_decodes_the_fixture_as_fp32_does(fp16_bundle: Path, beam_size: int) -> None:
+    """The same tokens from fp16 as from fp32, with the caches in numpy buffers and in
+    OrtValues (the device cache CUDA uses, here on the CPU provider)."""
     sources = [line.split("\t")[0] for line in OVERFIT_TSV.read_text("utf-8").splitlines()]
     results = {}
-    for variant in ("fp32", "fp16"):
-        engine = Engine(fp16_bundle, device="cpu", variant=variant, threads=1)
+    for variant, device_cache in (("fp32", False), ("fp16", False), ("fp16", True)):
+        engine = Engine(fp16_bundle, device="cpu", variant=variant, threads=1,
+                        device_cache=device_cache)
         assert engine.cache_dtype.name == {"fp32": "float32", "fp16": "float16"}[variant]
-        results[variant] = engine.translate(sources, beam_size=beam_size)
-    assert len(results["fp16"]) == 64
-    for half, full in zip(results["fp16"], results["fp32"], strict=True):
-        assert half.hypotheses[0].token_ids == full.hypotheses[0].token_ids
-        assert abs(half.score - full.score) < 0.01
+        results[variant, device_cache] = engine.translate(sources, beam_size=beam_size)
+    assert len(results["fp16", False]) == 64
+    full = results["fp32", False]
+    for half in (results["fp16", False], results["fp16", True]):
+        for ours, theirs in zip(half, full, strict=True):
+            assert ours.hypotheses[0].token_ids == theirs.hypotheses[0].token_ids
+            assert abs(ours.score - theirs.score) < 0.01
+    assert [r.score for r in results["fp16", True]] == [r.score for r in results["fp16", False]]
+
+
+def test_cuda_picks_fp16_when_the_bundle_has_it(fp16_bundle: Path, tiny_bundle: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the provider choice is faked: this onnxruntime build has no CUDA and falls back.
+    available = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr("onnxruntime.get_available_providers", lambda: available)
+    engine = Engine(fp16_bundle, device="cuda", threads=1)
+    assert (engine.variant, engine.device_cache) == ("fp16", True)
+    assert Engine(tiny_bundle, device="cuda", threads=1).variant == "fp32"  # no fp16 there
 
 
 def test_cpu_never_picks_fp16_by_default(fp16_bundle: Path) -> None:

@@ -120,12 +120,14 @@ class DeviceCache(BatchCache):
                  max_columns: int) -> None:
         super().__init__(layers, heads, head_dim, vocab, max_columns, ops.dtype)
         self.ops = ops
-        empty = ops.zeros((0, heads, 0, head_dim))
+        # Placeholders of no rows, in host memory: only their shapes are read before the
+        # first reserve allocates on the device.
+        empty = ort.OrtValue.ortvalue_from_numpy(self.self_keys[0])
         self.self_keys = [empty] * layers
         self.self_values = [empty] * layers
         self.cross_keys = [empty] * layers
         self.cross_values = [empty] * layers
-        self.cross_last = ops.zeros((0, 1, layers * 2 * heads * head_dim))
+        self.cross_last = ort.OrtValue.ortvalue_from_numpy(self.cross_last)
 
     @property
     def columns(self) -> int:

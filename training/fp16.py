@@ -168,10 +168,10 @@ def add_fp16_variant(bundle_dir: str | Path) -> Path:
     return directory
 
 
-def _session(path: Path) -> ort.InferenceSession:
+def _session(path: Path, providers: list[str]) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=providers)
 
 
 def _cast(feeds: dict[str, Any], session: ort.InferenceSession) -> dict[str, Any]:
@@ -181,12 +181,17 @@ def _cast(feeds: dict[str, Any], session: ort.InferenceSession) -> dict[str, Any
             for name, value in feeds.items()}
 
 
-def compare(out_dir: Path, sources: np.ndarray, bos_id: int, steps: int = 8) -> dict[str, float]:
-    """The fp16 graphs against the fp32 ones on onnxruntime's CPU provider, both fed the fp32
-    greedy choices (teacher forcing) over ``steps`` decoder steps of the padded batch
-    ``sources``: the largest |Δ log-prob| over each step's fp32 top ``TOP`` tokens and over the
-    whole vocabulary, and the share of steps whose greedy choice agrees."""
-    sessions = {name: (_session(out_dir / encoder), _session(out_dir / decoder))
+def compare(out_dir: Path, sources: np.ndarray, bos_id: int, steps: int = 8,
+            eos_id: int | None = None, providers: list[str] | None = None,
+            ) -> dict[str, float]:
+    """The fp16 graphs against the fp32 ones (on onnxruntime's CPU provider unless
+    ``providers`` says), both fed the fp32 greedy choices (teacher forcing) over ``steps``
+    decoder steps of the padded batch ``sources``, a row counting until fp32 chose ``eos_id``:
+    the largest |Δ log-prob| over each step's fp32 top ``TOP`` tokens and over the whole
+    vocabulary, the share of steps whose greedy choice agrees and the steps counted."""
+    providers = providers or ["CPUExecutionProvider"]
+    sessions = {name: (_session(out_dir / encoder, providers),
+                       _session(out_dir / decoder, providers))
                 for name, encoder, decoder in (("fp32", "encoder.onnx", "decoder.onnx"),
                                                ("fp16", ENCODER, DECODER))}
     state: dict[str, dict[str, Any]] = {}
@@ -197,6 +202,7 @@ def compare(out_dir: Path, sources: np.ndarray, bos_id: int, steps: int = 8) -> 
         state[name] = {"self_keys": empty, "self_values": empty, "cross_keys": cross_keys,
                        "cross_values": cross_values, "src_mask": src_mask, "cross_last": last}
     tokens = np.full(len(sources), bos_id, np.int64)
+    live = np.ones(len(sources), bool)
     top = whole = 0.0
     agree = total = 0
     for step in range(steps):
@@ -209,13 +215,17 @@ def compare(out_dir: Path, sources: np.ndarray, bos_id: int, steps: int = 8) -> 
             state[name]["self_keys"] = np.stack(presents[0 : 2 * layers : 2])
             state[name]["self_values"] = np.stack(presents[1 : 2 * layers : 2])
             log_probs[name] = out.astype(np.float32)
-        reference, half = log_probs["fp32"], log_probs["fp16"]
+        reference, half = log_probs["fp32"][live], log_probs["fp16"][live]
         best = np.argsort(-reference, axis=1)[:, :TOP]
         top = max(top, float(np.abs(np.take_along_axis(reference - half, best, 1)).max()))
         finite = reference > -1e4  # not the never-generate mask's tokens
         whole = max(whole, float(np.abs(reference - half)[finite].max()))
         agree += int((reference.argmax(1) == half.argmax(1)).sum())
-        total += len(sources)
-        tokens = reference.argmax(1).astype(np.int64)
+        total += int(live.sum())
+        tokens = log_probs["fp32"].argmax(1).astype(np.int64)
+        if eos_id is not None:
+            live &= tokens != eos_id
+            if not live.any():
+                break
     return {"max_abs_log_prob_top": top, "max_abs_log_prob": whole,
-            "greedy_agreement": agree / total}
+            "greedy_agreement": agree / total, "steps": total}

@@ -25,6 +25,8 @@ True)``), which is how the tests check it decodes exactly what the numpy buffers
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnxruntime as ort
 
@@ -180,3 +182,21 @@ class DeviceCache(BatchCache):
                       f"present_cross_values_{layer}")
         bind_rows(self.cross_last, "cross_last")
         self._bind_host(binding)
+
+
+@functools.cache  # one probe a process
+def cuda_runs() -> bool:
+    """Whether onnxruntime runs a graph on a CUDA device here: onnxruntime-gpu lists its CUDA
+    provider even where there is no GPU (a session then falls back to the CPU)."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, [1]) for name in "xy")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    return session.get_providers()[0] == "CUDAExecutionProvider"

@@ -30,7 +30,7 @@ import onnxruntime as ort
 from service.batch import DecodeBatch, Encoded, SourceTooLong
 from service.bundle import Bundle, BundleError, load_bundle
 from service.cache import BatchCache
-from service.device_cache import DeviceCache, DeviceOps
+from service.device_cache import DeviceCache, DeviceOps, cuda_runs
 from service.normalize import build_tables, clean_text
 from service.search import DecodeOptions, Translation
 from service.vocabulary import Vocabulary
@@ -191,12 +191,15 @@ class Engine:
         available = ort.get_available_providers()
         if device == "cpu":
             return ["CPUExecutionProvider"]
-        if device in ("cuda", "auto") and "CUDAExecutionProvider" in available:
+        # onnxruntime-gpu lists its CUDA provider even where no GPU or CUDA library is found,
+        # and its sessions then run on the CPU: a probe tells.
+        if device in ("cuda", "auto") and "CUDAExecutionProvider" in available and cuda_runs():
             return ["CUDAExecutionProvider", "CPUExecutionProvider"]
         if device == "cuda":
             raise RuntimeError(
-                "DEVICE=cuda but onnxruntime has no CUDAExecutionProvider "
-                f"(available: {available}); install onnxruntime-gpu"
+                "DEVICE=cuda but onnxruntime cannot run on CUDA here "
+                f"(providers: {available}; onnxruntime-gpu needs an NVIDIA GPU, its driver and "
+                "the CUDA and cuDNN libraries it was built for)"
             )
         if device != "auto":
             raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")

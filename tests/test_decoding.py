@@ -316,6 +316,7 @@ def test_cuda_defaults_to_fp32_cpu_to_the_manifests_choice(tiny_bundle: Path, tm
     # Only the provider choice is faked: this onnxruntime build has no CUDA and falls back.
     available = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr("onnxruntime.get_available_providers", lambda: available)
+    monkeypatch.setattr("service.engine.cuda_runs", lambda: True)
     assert Engine(bundle, device="cuda", threads=1).variant == "fp32"
 
 

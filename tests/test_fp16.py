@@ -9,11 +9,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from service.bundle import load_bundle
+from service.device_cache import cuda_runs
 from service.engine import Engine
+from service.search import DecodeOptions
 from tests.conftest import OVERFIT_TSV
 from training import cli
 
@@ -87,6 +90,7 @@ def test_cuda_picks_fp16_when_the_bundle_has_it(fp16_bundle: Path, tiny_bundle: 
     # Only the provider choice is faked: this onnxruntime build has no CUDA and falls back.
     available = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr("onnxruntime.get_available_providers", lambda: available)
+    monkeypatch.setattr("service.engine.cuda_runs", lambda: True)
     engine = Engine(fp16_bundle, device="cuda", threads=1)
     assert (engine.variant, engine.device_cache) == ("fp16", True)
     assert Engine(tiny_bundle, device="cuda", threads=1).variant == "fp32"  # no fp16 there
@@ -107,3 +111,33 @@ def test_fp16_command_adds_the_variant_to_a_bundle(tiny_bundle: Path, tmp_path: 
     engine = Engine(bundle, device="cpu", variant="fp16", threads=1)
     assert engine.translate(["Hello."])[0].text == Engine(
         bundle, device="cpu", variant="fp32", threads=1).translate(["Hello."])[0].text
+
+
+@pytest.mark.skipif(not cuda_runs(), reason="no CUDA device (scripts/gpu-check.sh runs this)")
+@pytest.mark.parametrize("variant", ["fp16", "fp32"])
+def test_cuda_decodes_the_fixture_as_the_cpu_does(fp16_bundle: Path, variant: str) -> None:
+    """On a GPU, with the caches in device memory: offline batches of greedy and beam search,
+    then sentences joining a running batch and one leaving it, all the CPU's fp32 tokens."""
+    sources = [line.split("\t")[0] for line in OVERFIT_TSV.read_text("utf-8").splitlines()]
+    cpu = Engine(fp16_bundle, device="cpu", variant="fp32", threads=1)
+    gpu = Engine(fp16_bundle, device="cuda", variant=variant)
+    assert gpu.device == "cuda" and gpu.device_cache
+    for beam_size in (1, 4):
+        expected = cpu.translate(sources, beam_size=beam_size)
+        got = gpu.translate(sources, beam_size=beam_size, max_batch_rows=16)
+        assert [r.hypotheses[0].token_ids for r in got] == [
+            r.hypotheses[0].token_ids for r in expected]
+    expected = {i: cpu.translate([s], beam_size=1 + i % 2)[0].text
+                for i, s in enumerate(sources[:12])}
+    batch, results = gpu.new_batch(), {}
+    batch.add("left", gpu.tokenize(sources[20]), DecodeOptions())
+    for step in range(300):
+        if step < 12:
+            batch.add(step, gpu.tokenize(sources[step]), DecodeOptions(beam_size=1 + step % 2))
+        if step == 3:
+            batch.remove("left")
+        results.update(batch.step())
+        if step >= 12 and not len(batch):
+            break
+    assert {k: v.text for k, v in results.items()} == expected
+    assert np.isfinite(batch.cache.log_probs).all()

@@ -153,9 +153,13 @@ def checked_fp16(out_dir: Path, source_vocab_size: int, special_ids: dict[str, i
 
 def add_fp16_variant(bundle_dir: str | Path) -> Path:
     """Add the fp16 variant to an existing bundle from its fp32 graphs (no checkpoint needed):
-    the graphs beside the others, the variant and their checksums in the manifest."""
+    the graphs beside the others, the variant and their checksums in the manifest. A bundle
+    that has the variant is left as it is."""
     directory = Path(bundle_dir)
     manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    if "fp16" in manifest["variants"]:
+        log.info("%s already has the fp16 variant", directory)
+        return directory
     if "fp32" not in manifest["variants"]:
         raise ValueError(f"{directory}: no fp32 variant to convert")
     model = manifest["model"]

@@ -53,7 +53,8 @@ class Settings(BaseSettings):
         "sessions' memory once per worker.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where onnxruntime runs: cuda when available with 'auto'."
+        "auto", description="Where onnxruntime runs: 'auto' takes a GPU when onnxruntime can "
+        "run on one here, else the CPU; 'cuda' refuses to start without one."
     )
     threads: int = Field(
         0, ge=0, description="CPU threads for onnxruntime, shared by the workers; 0 = the CPUs "

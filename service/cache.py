@@ -123,10 +123,6 @@ class BatchCache:
                  ) -> np.ndarray:
         return _grown(buffer, self.rows, shape, zeroed)
 
-    def changed(self) -> None:
-        """Record that a bound array changed: bindings made before must be made again."""
-        self.version = next(_versions)
-
     def set_rows(self, rows: int) -> None:
         if rows > self.capacity:
             raise ValueError(f"{rows} rows, room for {self.capacity}: reserve first")
@@ -166,23 +162,16 @@ class BatchCache:
         moved = np.flatnonzero(order != np.arange(count))
         sources = order[moved]
         if len(moved):
-            for buffer in (*self.self_keys, *self.self_values):
-                self._move(buffer, moved, sources, columns)
+            for buffers in (self.self_keys, self.self_values):
+                for buffer in buffers:
+                    buffer[moved, :, :columns] = buffer[sources, :, :columns]
             if cross:
-                for buffer in (*self.cross_keys, *self.cross_values, self.cross_last):
-                    self._move(buffer, moved, sources)
+                for buffers in (self.cross_keys, self.cross_values):
+                    for buffer in buffers:
+                        buffer[moved] = buffer[sources]
                 self.src_mask[moved] = self.src_mask[sources]
+                self.cross_last[moved] = self.cross_last[sources]
         self.set_rows(count)
-
-    @staticmethod
-    def _move(buffer: np.ndarray, moved: np.ndarray, sources: np.ndarray,
-              columns: int | None = None) -> None:
-        """Rows ``moved`` of ``buffer`` take rows ``sources``' values (their first ``columns``
-        columns, or all)."""
-        if columns is None:
-            buffer[moved] = buffer[sources]
-        else:
-            buffer[moved, :, :columns] = buffer[sources, :, :columns]
 
     # -- onnxruntime ----------------------------------------------------------------------
     def bind(self, binding: ort.IOBinding) -> None:

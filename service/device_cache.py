@@ -6,13 +6,13 @@ writes in place on the CPU. On a GPU the same buffers live in ``OrtValue``s allo
 device; the decoder's IO binding points each cache input and its present output at the same
 device memory (its first ``rows`` rows, a contiguous prefix), so GroupQueryAttention appends
 this step's key/value there as it does on the CPU. What numpy does to the host buffers
-between steps, three one-node onnxruntime graphs do on the device (``DeviceOps``):
+between steps, small onnxruntime graphs do on the device (``DeviceOps``):
 
-* ``gather``, then ``scatter``: rows take other rows' caches (beams their parents',
+* ``move`` (Gather, then ScatterND): rows take other rows' caches (beams their parents',
   compaction dropping holes), in place;
-* ``scatter``: a newcomer's cross keys/values and ``cross_last`` written into its rows, in
-  place (the encoder's outputs come to the host once per sentence and go back to the device
-  padded to the batch's source width: a copy per sentence, not per step);
+* ``write`` (ScatterND): a newcomer's cross keys/values and ``cross_last`` written into its
+  rows, in place (the encoder's outputs come to the host once per sentence and go back to the
+  device padded to the batch's source width: a copy per sentence, not per step);
 * ``resize``: a buffer with more or fewer rows or columns, keeping what fits, zeros after.
 
 ``resize`` returns a new buffer, so it rebinds, as a shape change does on the CPU. The
@@ -34,85 +34,96 @@ from service.cache import BatchCache
 
 
 class DeviceOps:
-    """The one-node graphs that gather, scatter and resize cache buffers on ``device``, for
-    buffers of ``dtype``. Built with ``onnx`` (the `gpu` extra brings it)."""
+    """The graphs that move, write and resize cache buffers on ``device``, for buffers of
+    ``dtype``; built with ``onnx`` (the `gpu` extra brings it). ``move`` and ``write`` take
+    every buffer a change concerns in one run: a run costs tens of microseconds on a GPU, and
+    a beam step moves 2 x layers buffers."""
 
     def __init__(self, providers: list[str], device: str, dtype: np.dtype) -> None:
-        self.device, self.device_id, self.dtype = device, 0, np.dtype(dtype)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 3
-        self.sessions = {
-            name: ort.InferenceSession(graph.SerializeToString(), options, providers=providers)
-            for name, graph in _graphs(self.dtype).items()
-        }
+        self.providers, self.device, self.device_id = providers, device, 0
+        self.dtype = np.dtype(dtype)
+        self._sessions: dict[tuple[str, int], ort.InferenceSession] = {}
 
     def zeros(self, shape: tuple[int, ...]) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.dtype), self.device,
                                                 self.device_id)
 
-    def _run(self, name: str, x: ort.OrtValue, in_place: bool = False,
-             **inputs: np.ndarray | ort.OrtValue) -> ort.OrtValue:
-        binding = self.sessions[name].io_binding()
-        binding.bind_ortvalue_input("x", x)
-        for key, value in inputs.items():
-            if isinstance(value, ort.OrtValue):
-                binding.bind_ortvalue_input(key, value)
+    def _session(self, name: str, count: int) -> ort.InferenceSession:
+        if (name, count) not in self._sessions:
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            options.log_severity_level = 3
+            graph = _graph(name, count, self.dtype).SerializeToString()
+            self._sessions[name, count] = ort.InferenceSession(graph, options,
+                                                               providers=self.providers)
+        return self._sessions[name, count]
+
+    def _run(self, name: str, buffers: list[ort.OrtValue], in_place: bool,
+             **inputs: np.ndarray) -> list[ort.OrtValue]:
+        session = self._session(name, len(buffers))
+        binding = session.io_binding()
+        for i, buffer in enumerate(buffers):
+            binding.bind_ortvalue_input(f"x_{i}", buffer)
+            if in_place:  # y_i is x_i's memory
+                binding.bind_output(f"y_{i}", self.device, self.device_id, self.dtype,
+                                    buffer.shape(), buffer.data_ptr())
             else:
-                binding.bind_cpu_input(key, np.ascontiguousarray(value))
-        if in_place:
-            binding.bind_output("y", self.device, self.device_id, self.dtype, x.shape(),
-                                x.data_ptr())
-        else:
-            binding.bind_output("y", self.device, self.device_id)
-        self.sessions[name].run_with_iobinding(binding)
-        return x if in_place else binding.get_outputs()[0]
+                binding.bind_output(f"y_{i}", self.device, self.device_id)
+        for name_, value in inputs.items():
+            binding.bind_cpu_input(name_, np.ascontiguousarray(value))
+        session.run_with_iobinding(binding)
+        return buffers if in_place else binding.get_outputs()
 
-    def gather(self, x: ort.OrtValue, rows: np.ndarray) -> ort.OrtValue:
-        """Row ``i`` of the result is row ``rows[i]`` of ``x``."""
-        return self._run("gather", x, rows=rows.astype(np.int64))
+    def move(self, buffers: list[ort.OrtValue], moved: np.ndarray, sources: np.ndarray,
+             ) -> None:
+        """Rows ``moved`` of each buffer take rows ``sources``' values, in place: each buffer's
+        rows ``sources`` are gathered before ScatterND writes them over rows ``moved`` (it
+        copies its input to its output first only where the two differ)."""
+        self._run("move", buffers, True, moved=moved.astype(np.int64)[:, None],
+                  sources=sources.astype(np.int64))
 
-    def scatter(self, x: ort.OrtValue, rows: np.ndarray,
-                updates: np.ndarray | ort.OrtValue) -> None:
-        """Replace rows ``rows`` of ``x`` by ``updates`` (a host array or a device value), in
-        place: ScatterND copies its input to its output first only where they differ."""
-        if isinstance(updates, np.ndarray):
-            updates = updates.astype(self.dtype, copy=False)
-        self._run("scatter", x, in_place=True, rows=rows.astype(np.int64)[:, None],
-                  updates=updates)
+    def write(self, buffers: list[ort.OrtValue], rows: np.ndarray,
+              updates: list[np.ndarray]) -> None:
+        """Rows ``rows`` of ``buffers[i]`` become ``updates[i]`` (host arrays), in place."""
+        arrays = {f"updates_{i}": u.astype(self.dtype, copy=False) for i, u in enumerate(updates)}
+        self._run("write", buffers, True, rows=rows.astype(np.int64)[:, None], **arrays)
 
-    def resize(self, x: ort.OrtValue, shape: tuple[int, ...]) -> ort.OrtValue:
-        """``x`` cut or zero-padded at the end of each axis to ``shape``."""
-        kept = np.minimum(x.shape(), shape).astype(np.int64)
+    def resize(self, buffer: ort.OrtValue, shape: tuple[int, ...]) -> ort.OrtValue:
+        """``buffer`` cut or zero-padded at the end of each axis to ``shape``."""
+        kept = np.minimum(buffer.shape(), shape).astype(np.int64)
         pads = np.concatenate([np.zeros(len(shape), np.int64), np.asarray(shape) - kept])
-        return self._run("resize", x, starts=np.zeros(len(shape), np.int64), ends=kept,
-                         pads=pads)
+        return self._run("resize", [buffer], False, starts=np.zeros(len(shape), np.int64),
+                         ends=kept, pads=pads)[0]
 
 
-def _graphs(dtype: np.dtype) -> dict:
+def _graph(name: str, count: int, dtype: np.dtype):
+    """``count`` buffers ``x_i`` in, ``y_i`` out: ``move``, ``write`` or ``resize`` (one)."""
     from onnx import TensorProto, helper
 
     element = helper.np_dtype_to_tensor_dtype(dtype)
-    x, y = (helper.make_tensor_value_info(name, element, None) for name in ("x", "y"))
 
-    def index(name: str):
-        return helper.make_tensor_value_info(name, TensorProto.INT64, None)
+    def tensor(name: str, kind: int = element):
+        return helper.make_tensor_value_info(name, kind, None)  # any shape
 
-    def model(nodes: list, inputs: list):
-        graph = helper.make_graph(nodes, "cache_op", [x, *inputs], [y])
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
-                                 ir_version=9)
-
-    updates = helper.make_tensor_value_info("updates", element, None)
-    return {
-        "gather": model([helper.make_node("Gather", ["x", "rows"], ["y"], axis=0)],
-                        [index("rows")]),
-        "scatter": model([helper.make_node("ScatterND", ["x", "rows", "updates"], ["y"])],
-                         [index("rows"), updates]),
-        "resize": model([helper.make_node("Slice", ["x", "starts", "ends"], ["kept"]),
-                         helper.make_node("Pad", ["kept", "pads"], ["y"])],
-                        [index("starts"), index("ends"), index("pads")]),
-    }
+    indices = {"move": ["moved", "sources"], "write": ["rows"],
+               "resize": ["starts", "ends", "pads"]}[name]
+    inputs = [tensor(f"x_{i}") for i in range(count)]
+    inputs += [tensor(index, TensorProto.INT64) for index in indices]
+    nodes = []
+    for i in range(count):
+        x, y = f"x_{i}", f"y_{i}"
+        if name == "move":
+            nodes += [helper.make_node("Gather", [x, "sources"], [f"taken_{i}"], axis=0),
+                      helper.make_node("ScatterND", [x, "moved", f"taken_{i}"], [y])]
+        elif name == "write":
+            inputs.append(tensor(f"updates_{i}"))
+            nodes.append(helper.make_node("ScatterND", [x, "rows", f"updates_{i}"], [y]))
+        else:
+            nodes += [helper.make_node("Slice", [x, "starts", "ends"], [f"kept_{i}"]),
+                      helper.make_node("Pad", [f"kept_{i}", "pads"], [y])]
+    graph = helper.make_graph(nodes, f"cache_{name}", inputs,
+                              [tensor(f"y_{i}") for i in range(count)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
 
 
 class DeviceCache(BatchCache):
@@ -146,18 +157,23 @@ class DeviceCache(BatchCache):
         keys, values, mask, last = encoded
         width = mask.shape[1]
         pad = [(0, 0), (0, 0), (0, self.src_width - width), (0, 0)]
-        for layer in range(self.layers):
-            self.ops.scatter(self.cross_keys[layer], rows, np.pad(keys[layer][picks], pad))
-            self.ops.scatter(self.cross_values[layer], rows, np.pad(values[layer][picks], pad))
-        self.ops.scatter(self.cross_last, rows, last[picks])
+        updates = [np.pad(cache[layer][picks], pad) for cache in (keys, values)
+                   for layer in range(self.layers)]
+        self.ops.write([*self.cross_keys, *self.cross_values, self.cross_last], rows,
+                       [*updates, last[picks]])
         self.src_mask[rows, :width] = mask[picks]
         self.src_mask[rows, width:] = False
 
-    def _move(self, buffer: ort.OrtValue, moved: np.ndarray, sources: np.ndarray,
-              columns: int | None = None) -> None:
-        """The rows ``sources`` gathered first, then written over rows ``moved`` in place (all
-        columns: on a GPU the copy is cheaper than cutting it)."""
-        self.ops.scatter(buffer, moved, self.ops.gather(buffer, sources))
+    def gather(self, order: np.ndarray, columns: int, cross: bool) -> None:
+        count = len(order)
+        moved = np.flatnonzero(order != np.arange(count))
+        if len(moved):  # all columns: on a GPU the copy costs less than cutting it
+            buffers = [*self.self_keys, *self.self_values]
+            if cross:
+                buffers += [*self.cross_keys, *self.cross_values, self.cross_last]
+                self.src_mask[moved] = self.src_mask[order[moved]]
+            self.ops.move(buffers, moved, order[moved])
+        self.set_rows(count)
 
     def bind(self, binding: ort.IOBinding) -> None:
         """Each cache's first ``rows`` rows as the input and the present output both: the

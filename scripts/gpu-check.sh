@@ -59,11 +59,11 @@ section "2. node placement on $DEVICE"
 if [[ $DEVICE == cuda ]]; then
     for graph in decoder.fp16.onnx decoder.onnx encoder.fp16.onnx; do
         echo "-- $graph"
-        timeout 120 "$PYTHON" - "$BUNDLE/$graph" 2>&1 <<'EOF' | grep -E -i "placed on|Node\(s\)|^ +[A-Za-z]" | head -40
+        timeout 120 "$PYTHON" - "$BUNDLE/$graph" 2>&1 <<'EOF' | grep VerifyEachNodeIsAssignedToAnEp | sed 's/.*VerifyEachNodeIsAssignedToAnEp\]//' | head -60
 import sys
 import onnxruntime as ort
 options = ort.SessionOptions()
-options.log_severity_level = 1  # info: onnxruntime lists the nodes placed on each provider
+options.log_severity_level = 0  # verbose: onnxruntime lists the nodes placed on each provider
 ort.InferenceSession(sys.argv[1], options,
                      providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
 EOF

@@ -68,8 +68,11 @@ def cpu_model() -> str:
 
 
 def head_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    except OSError:  # no git (a container)
+        return "unknown"
 
 
 def held_out_arguments(doc: str) -> argparse.ArgumentParser:

@@ -21,7 +21,6 @@ import numpy as np
 import onnxruntime as ort
 
 from service import search
-from service.cache import BatchCache
 from service.search import DecodeOptions, Sentence, Translation
 
 if TYPE_CHECKING:
@@ -76,11 +75,9 @@ class DecodeBatch:
         self.engine = engine
         self.sentences: list[Sentence | Hole] = []  # in row order
         self.waiting: list[Sentence] = []
-        e = engine
         # Every cache lives in ``cache``'s buffers, which the graph updates in place; a row's
         # position is its self-cache length (see the module docstring).
-        self.cache = BatchCache(e.layers, e.heads, e.head_dim, e.vocab_size,
-                                e.bundle.max_positions)
+        self.cache = engine.new_cache()
         self.tokens = np.zeros(0, np.int64)
         self.positions = np.zeros(0, np.int64)
         self._holes = False  # some entries of self.sentences are Hole

@@ -43,9 +43,14 @@ over the masked columns of the oldest row's history (serving 64 clients, 4x the 
 needed). v1 stacked the caches [layers, ...], copying them three times a step.
 
 ``manifest.json`` records the contract version, languages, special ids, dimensions, the
-variants (fp32, int8) and the sha256 of every file. Its optional ``decoding`` holds the
-decoding settings measured best for this model (``DECODING_KEYS``), as Hugging Face's
-generation_config does: they travel with the model, not with whatever serves it.
+variants (fp32; int8 for CPUs; fp16 for CUDA, whose graphs take and return every cache and
+``cross_last`` in float16 and ``log_probs`` in float32: ``training/fp16.py``) and the sha256 of
+every file. A variant's graphs have the same inputs and outputs; only the float type differs,
+which the service reads from the graph, so the fp16 variant needs no new contract version.
+
+Its optional ``decoding`` holds the decoding settings measured best for this model
+(``DECODING_KEYS``), as Hugging Face's generation_config does: they travel with the model, not
+with whatever serves it.
 """
 
 from __future__ import annotations

@@ -41,18 +41,22 @@ def _grown(buffer: np.ndarray, rows: int, shape: tuple[int, ...], zeroed: bool =
 
 
 class BatchCache:
+    """``dtype`` is the graph's cache type (float32, or float16 for the fp16 variant);
+    log-probs are float32 whatever the graph computes in."""
+
     def __init__(self, layers: int, heads: int, head_dim: int, vocab: int,
-                 max_columns: int) -> None:
+                 max_columns: int, dtype: np.dtype | type = np.float32) -> None:
         self.layers, self.heads, self.head_dim, self.vocab = layers, heads, head_dim, vocab
         self.max_columns = max_columns
+        self.dtype = np.dtype(dtype)
         self.rows = 0
-        empty = np.zeros((0, heads, 0, head_dim), np.float32)  # replaced, never written
+        empty = np.zeros((0, heads, 0, head_dim), self.dtype)  # replaced, never written
         self.self_keys = [empty] * layers
         self.self_values = [empty] * layers
         self.cross_keys = [empty] * layers
         self.cross_values = [empty] * layers
         self.src_mask = np.zeros((0, 0), bool)
-        self.cross_last = np.zeros((0, 1, layers * 2 * heads * head_dim), np.float32)
+        self.cross_last = np.zeros((0, 1, layers * 2 * heads * head_dim), self.dtype)
         self.log_probs_buffer = np.zeros((0, vocab), np.float32)
         self.version = next(_versions)  # changes whenever a bound array would: rebind
 
@@ -100,20 +104,24 @@ class BatchCache:
         if (capacity, columns) != (self.capacity, self.columns):
             # Only columns before a row's position are read: nothing to zero.
             shape = (capacity, self.heads, columns, self.head_dim)
-            self.self_keys = [_grown(b, self.rows, shape, False) for b in self.self_keys]
-            self.self_values = [_grown(b, self.rows, shape, False) for b in self.self_values]
+            self.self_keys = [self._resized(b, shape, False) for b in self.self_keys]
+            self.self_values = [self._resized(b, shape, False) for b in self.self_values]
             self.version = next(_versions)
         if (capacity, src_width) != (self.capacity, self.src_width):
             shape = (capacity, self.heads, src_width, self.head_dim)
-            self.cross_keys = [_grown(b, self.rows, shape) for b in self.cross_keys]
-            self.cross_values = [_grown(b, self.rows, shape) for b in self.cross_values]
+            self.cross_keys = [self._resized(b, shape) for b in self.cross_keys]
+            self.cross_values = [self._resized(b, shape) for b in self.cross_values]
             self.src_mask = _grown(self.src_mask, self.rows, (capacity, src_width))
             self.version = next(_versions)
         if capacity != self.capacity:
-            self.cross_last = _grown(self.cross_last, self.rows,
-                                     (capacity, *self.cross_last.shape[1:]))
+            width = self.layers * 2 * self.heads * self.head_dim
+            self.cross_last = self._resized(self.cross_last, (capacity, 1, width))
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
+
+    def _resized(self, buffer: np.ndarray, shape: tuple[int, ...], zeroed: bool = True,
+                 ) -> np.ndarray:
+        return _grown(buffer, self.rows, shape, zeroed)
 
     def set_rows(self, rows: int) -> None:
         if rows > self.capacity:
@@ -179,10 +187,14 @@ class BatchCache:
                 # present_keys_i for self_keys_i, present_cross_keys_i for cross_keys_i
                 output = "present_" + name.removeprefix("self_")
                 binding.bind_ortvalue_output(f"{output}_{layer}", value)
+        binding.bind_ortvalue_input(
+            "cross_last", ort.OrtValue.ortvalue_from_numpy(self.cross_last[:rows]))
+        self._bind_host(binding)
+
+    def _bind_host(self, binding: ort.IOBinding) -> None:
+        """The arrays that live in host memory whatever the device: the log-probs the search
+        reads and the source mask (a byte a source position)."""
         binding.bind_ortvalue_output(
-            "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[:rows])
-        )
-        for name in ("src_mask", "cross_last"):
-            binding.bind_ortvalue_input(
-                name, ort.OrtValue.ortvalue_from_numpy(getattr(self, name)[:rows])
-            )
+            "log_probs", ort.OrtValue.ortvalue_from_numpy(self.log_probs_buffer[: self.rows]))
+        binding.bind_ortvalue_input(
+            "src_mask", ort.OrtValue.ortvalue_from_numpy(self.src_mask[: self.rows]))

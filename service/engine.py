@@ -33,6 +33,8 @@ import onnxruntime as ort
 
 from service.batch import DecodeBatch, Encoded, SourceTooLong
 from service.bundle import Bundle, BundleError, load_bundle
+from service.cache import BatchCache
+from service.device_cache import DeviceCache, DeviceOps, cuda_runs
 from service.normalize import build_tables, clean_text
 from service.search import DecodeOptions, Translation
 from service.vocabulary import Vocabulary
@@ -70,6 +72,19 @@ def auto_workers(device: str, threads: int) -> int:
     return 2 if device == "cpu" and threads >= 2 else 1
 
 
+# onnxruntime's names of the float types a graph's caches may have
+FLOAT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16)}
+
+
+def graph_dtype(session: ort.InferenceSession, name: str) -> np.dtype:
+    """The numpy dtype of ``session``'s float input ``name``: the fp32 graphs' caches are
+    float32, the fp16 variant's float16."""
+    kind = next(arg.type for arg in session.get_inputs() if arg.name == name)
+    if kind not in FLOAT_TYPES:
+        raise BundleError(f"{name} is {kind}; the engine handles {', '.join(FLOAT_TYPES)}")
+    return FLOAT_TYPES[kind]
+
+
 SMALL_DECODER_ROWS = 8  # up to this many rows an int8 decoder step runs on one thread
 # Up to this many rows an offline call decodes in its replica's spare batch (Engine._batch_for).
 # Beyond it setting a batch up is a small share of the call, and a larger spare's buffers
@@ -94,6 +109,7 @@ class Engine:
         variant: str | None = None,
         workers: int = 1,
         memory_arena: bool = False,
+        device_cache: bool | None = None,
     ):
         if threads < 0 or workers < 0:
             raise ValueError(f"threads and workers must be >= 0, got {threads} and {workers}")
@@ -118,6 +134,9 @@ class Engine:
         build_tables()  # the normaliser's table, else the first non-ASCII sentence waits for it
         self.providers = self._providers(device)
         self.variant = variant or self._default_variant()
+        # Batches keep their caches in device memory (service.device_cache) on CUDA; True on
+        # a CPU runs that code on the CPU provider (its tests).
+        self.device_cache = self.device == "cuda" if device_cache is None else device_cache
         model = self.bundle.manifest["model"]
         self.layers, self.heads = model["decoder_layers"], model["heads"]
         self.head_dim = model["head_dim"]
@@ -158,6 +177,9 @@ class Engine:
                                     disabled_optimizers=DISABLED_OPTIMIZERS)
         self.encoder = session(str(encoder_path), options)
         self.decoder = session(str(decoder_path), options)
+        self.cache_dtype = graph_dtype(self.decoder, "self_keys_0")
+        self.device_ops = (DeviceOps(self.providers, self.device, self.cache_dtype)
+                           if self.device_cache else None)
         # The int8 decoder gets a second session with one thread for steps of up to
         # SMALL_DECODER_ROWS rows: a small step is ~70 kernels of microseconds each, and waking
         # a second thread for each costs more than it saves (not so for fp32 or the encoder).
@@ -173,12 +195,15 @@ class Engine:
         available = ort.get_available_providers()
         if device == "cpu":
             return ["CPUExecutionProvider"]
-        if device in ("cuda", "auto") and "CUDAExecutionProvider" in available:
+        # onnxruntime-gpu lists its CUDA provider even where no GPU or CUDA library is found,
+        # and its sessions then run on the CPU: a probe tells.
+        if device in ("cuda", "auto") and "CUDAExecutionProvider" in available and cuda_runs():
             return ["CUDAExecutionProvider", "CPUExecutionProvider"]
         if device == "cuda":
             raise RuntimeError(
-                "DEVICE=cuda but onnxruntime has no CUDAExecutionProvider "
-                f"(available: {available}); install onnxruntime-gpu"
+                "DEVICE=cuda but onnxruntime cannot run on CUDA here "
+                f"(providers: {available}; onnxruntime-gpu needs an NVIDIA GPU, its driver and "
+                "the CUDA and cuDNN libraries it was built for)"
             )
         if device != "auto":
             raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
@@ -186,11 +211,15 @@ class Engine:
 
     def _default_variant(self) -> str:
         """The manifest's choice, except on CUDA: the int8 graphs are shaped for onnxruntime's
-        CPU integer kernels, so a GPU gets the fp32 graphs when the bundle has them."""
-        manifest = self.bundle.manifest
-        if self.providers[0] == "CUDAExecutionProvider" and "fp32" in manifest["variants"]:
-            return "fp32"
-        return manifest["default_variant"]
+        CPU integer kernels, and GroupQueryAttention has CUDA kernels for fp16 and bf16 only,
+        so a GPU gets the fp16 graphs when the bundle has them, else fp32 (whose attention then
+        runs on the CPU provider). fp16 is never chosen on a CPU: its kernels there convert to
+        fp32 and back around most nodes."""
+        variants = self.bundle.manifest["variants"]
+        if self.device == "cuda":
+            return next((name for name in ("fp16", "fp32") if name in variants),
+                        self.bundle.manifest["default_variant"])
+        return self.bundle.manifest["default_variant"]
 
     @property
     def device(self) -> str:
@@ -203,6 +232,14 @@ class Engine:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.vocabulary.decode(ids)
+
+    def new_cache(self) -> BatchCache:
+        """Buffers for a batch's caches: in device memory when ``device_cache``."""
+        shape = (self.layers, self.heads, self.head_dim, self.vocab_size,
+                 self.bundle.max_positions)
+        if self.device_ops is not None:
+            return DeviceCache(self.device_ops, *shape)
+        return BatchCache(*shape, self.cache_dtype)
 
     def new_batch(self) -> DecodeBatch:
         """A batch for continuous batching."""

@@ -53,7 +53,8 @@ class Settings(BaseSettings):
         "sessions' memory once per worker.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where onnxruntime runs: cuda when available with 'auto'."
+        "auto", description="Where onnxruntime runs: 'auto' takes a GPU when onnxruntime can "
+        "run on one here, else the CPU; 'cuda' refuses to start without one."
     )
     threads: int = Field(
         0, ge=0, description="CPU threads for onnxruntime, shared by the workers; 0 = the CPUs "
@@ -75,8 +76,8 @@ class Settings(BaseSettings):
     )
     variant: str | None = Field(
         None, description=(
-            "Bundle variant to serve (fp32, int8); default: the manifest's choice on CPU, "
-            "fp32 on CUDA."
+            "Bundle variant to serve (fp32, int8, fp16); default: the manifest's choice on "
+            "CPU, fp16 on CUDA when the bundle has it, else fp32."
         ),
     )
 

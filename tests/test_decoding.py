@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -22,9 +23,13 @@ from training.export import load_checkpoint
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_bundle: Path) -> Engine:
-    return Engine(tiny_bundle, device="cpu", threads=1)
+@pytest.fixture(scope="module", params=["host_cache", "device_cache"])
+def engine(tiny_bundle: Path, request: pytest.FixtureRequest) -> Engine:
+    """Batches with caches in numpy buffers, and in OrtValues updated by onnxruntime graphs
+    (service.device_cache, which CUDA runs; here on the CPU provider): every test of the
+    running batch holds for both."""
+    return Engine(tiny_bundle, device="cpu", threads=1,
+                  device_cache=request.param == "device_cache")
 
 
 @pytest.fixture(scope="module")
@@ -311,6 +316,7 @@ def test_cuda_defaults_to_fp32_cpu_to_the_manifests_choice(tiny_bundle: Path, tm
     # Only the provider choice is faked: this onnxruntime build has no CUDA and falls back.
     available = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr("onnxruntime.get_available_providers", lambda: available)
+    monkeypatch.setattr("service.engine.cuda_runs", lambda: True)
     assert Engine(bundle, device="cuda", threads=1).variant == "fp32"
 
 
@@ -394,6 +400,11 @@ def test_length_groups_split_only_where_the_padding_saved_outweighs_a_call() -> 
     assert padded + 32 * (len(groups) - 1) < lengths[0] * len(lengths)  # cheaper than one call
 
 
+def _on_host(buffer: np.ndarray | ort.OrtValue) -> np.ndarray:
+    """A cache buffer's values, wherever it lives."""
+    return buffer.numpy() if isinstance(buffer, ort.OrtValue) else buffer
+
+
 def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> None:
     sources = [engine.tokenize(s) for s, _ in pairs[:12]]
     # One much longer than the rest, which the encoder should take in a group of its own.
@@ -407,6 +418,9 @@ def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> N
         batch.add(i, ids, engine.options(beam_size=widths[i]))
     batch._admit()
     cache, row = batch.cache, 0
+    cross_keys, cross_values, cross_last = (
+        [_on_host(b) for b in cache.cross_keys], [_on_host(b) for b in cache.cross_values],
+        _on_host(cache.cross_last))
     for i, ids in enumerate(sources):
         alone_keys, alone_values, _, alone_last = engine.run_encoder(np.asarray([ids], np.int64))
         n = len(ids)
@@ -414,12 +428,12 @@ def test_encoding_in_length_groups_changes_no_number(engine: Engine, pairs) -> N
             assert cache.src_mask[beam_row].tolist() == [True] * n + [False] * (cache.src_width - n)
             for layer in range(engine.layers):
                 np.testing.assert_array_equal(
-                    cache.cross_keys[layer][beam_row, :, :n], alone_keys[layer, 0]
+                    cross_keys[layer][beam_row, :, :n], alone_keys[layer, 0]
                 )
                 np.testing.assert_array_equal(
-                    cache.cross_values[layer][beam_row, :, :n], alone_values[layer, 0]
+                    cross_values[layer][beam_row, :, :n], alone_values[layer, 0]
                 )
-            np.testing.assert_array_equal(cache.cross_last[beam_row], alone_last[0])
+            np.testing.assert_array_equal(cross_last[beam_row], alone_last[0])
         row += widths[i]
     assert cache.rows == row
 

@@ -9,7 +9,9 @@
     translate-train train    --config configs/en-de.toml --init-from OUT.pt
     translate-train average  OUT.pt CKPT.pt CKPT.pt ...   |   average OUT.pt --last 5 [--dir D]
     translate-train pack     CHECKPOINT OUT_DIR   |   unpack IN_DIR OUT.pt  (fp16 shards)
-    translate-train export   CHECKPOINT OUT_DIR [--int8 [--default-variant int8]] [--no-parity]
+    translate-train export   CHECKPOINT OUT_DIR [--int8 [--default-variant int8]] [--fp16]
+                             [--no-parity]
+    translate-train fp16     BUNDLE   (add the fp16 graphs for CUDA to an existing bundle)
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
 
 Every subcommand takes ``--config FILE.toml`` and repeated ``--set section.field=value``.
@@ -98,7 +100,8 @@ def _unpack(args: argparse.Namespace, config: Config) -> None:
 def _export(args: argparse.Namespace, config: Config) -> None:
     from training.export import export_bundle
 
-    print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8, calibration=args.calibration,
+    print(export_bundle(args.checkpoint, args.out_dir, int8=args.int8, fp16=args.fp16,
+                        calibration=args.calibration,
                         check_parity=not args.no_parity, default_variant=args.default_variant,
                         decoding=_decoding(args.decoding)))
 
@@ -115,11 +118,17 @@ def _import(args: argparse.Namespace, config: Config) -> None:
     from training.importers import UnsupportedModel, import_model
 
     try:
-        print(import_model(args.source, args.out_dir, int8=args.int8,
+        print(import_model(args.source, args.out_dir, int8=args.int8, fp16=args.fp16,
                            calibration=args.calibration, source_lang=args.source_lang,
                            target_lang=args.target_lang, decoding=_decoding(args.decoding)))
     except UnsupportedModel as exc:
         raise SystemExit(f"import: {exc}") from exc
+
+
+def _fp16(args: argparse.Namespace, config: Config) -> None:
+    from training.fp16 import add_fp16_variant
+
+    print(add_fp16_variant(args.bundle))
 
 
 def _evaluate(args: argparse.Namespace, config: Config) -> None:
@@ -195,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir")
     p.add_argument("--int8", action="store_true",
                    help="also write static int8 graphs (batch-invariant; training.quantize)")
+    p.add_argument("--fp16", action="store_true",
+                   help="also write fp16 graphs, which a CUDA device serves (training.fp16)")
     p.add_argument("--calibration", type=Path, default=None,
                    help="sentences to calibrate the int8 graphs on (TSV, source first, or one "
                    "a line; default: train.tsv of the data the checkpoint was trained on)")
@@ -212,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir")
     p.add_argument("--int8", action="store_true",
                    help="also write static int8 graphs and serve them by default")
+    p.add_argument("--fp16", action="store_true",
+                   help="also write fp16 graphs, which a CUDA device serves (training.fp16)")
     p.add_argument("--calibration", type=Path, default=None,
                    help="source sentences to calibrate the int8 graphs on (one a line, or TSV "
                    "source first; default: sequences drawn from the model's vocabulary)")
@@ -222,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decoding", action="append", default=[], metavar="KEY=VALUE",
                    help="the model's recommended decoding (as for export)")
     p.set_defaults(run=_import)
+    p = commands.add_parser("fp16", parents=[common],
+                            help="add fp16 graphs (for CUDA) to a bundle from its fp32 ones")
+    p.add_argument("bundle")
+    p.set_defaults(run=_fp16)
     p = commands.add_parser("evaluate", parents=[common], help="BLEU/chrF of a bundle on a TSV")
     p.add_argument("bundle")
     p.add_argument("test_tsv")
@@ -236,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never repeat an n-gram of this many tokens, 0 allows (default: the "
                    "bundle's, else 0)")
     p.add_argument("--limit", type=int, default=None, help="only the first N pairs")
-    p.add_argument("--variant", default=None, help="fp32 or int8 (default: the bundle's)")
+    p.add_argument("--variant", default=None,
+                   help="fp32, int8 or fp16 (default: the bundle's)")
     p.add_argument("--threads", type=int, default=0,
                    help="onnxruntime threads (default: the service's, THREADS)")
     p.add_argument("--workers", type=int, default=0,

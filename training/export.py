@@ -36,6 +36,7 @@ from service.normalize import clean_text
 from service.search import DecodeOptions
 from service.vocabulary import Vocabulary
 from training.config import ModelConfig
+from training.fp16 import checked_fp16
 from training.model import Transformer
 from training.quantize import calibration_sources, quantize_int8, vocabulary_sources
 
@@ -580,6 +581,7 @@ def export_bundle(
     out_dir: str | Path,
     *,
     int8: bool = False,
+    fp16: bool = False,
     calibration: str | Path | None = None,
     check_parity: bool = True,
     default_variant: str = "fp32",
@@ -590,7 +592,8 @@ def export_bundle(
     ``decoding`` is the model's recommended decoding (``service.bundle.DECODING_KEYS``).
     ``int8`` adds static int8 graphs (``training.quantize``), calibrated on the first
     sentences of ``calibration`` (default: the checkpoint's training data, train.tsv; for an
-    imported model without one, sequences drawn from its own vocabulary)."""
+    imported model without one, sequences drawn from its own vocabulary). ``fp16`` adds the
+    fp16 graphs for onnxruntime's CUDA provider (``training.fp16``), checked against fp32."""
     decoding = dict(decoding or {})
     unknown = set(decoding) - set(DECODING_KEYS)
     if unknown:
@@ -647,6 +650,8 @@ def export_bundle(
             }
         for graphs in variants.values():
             verify_batch_invariance(staging, graphs["encoder"], graphs["decoder"], config)
+        if fp16:  # for a GPU, whose kernels are no batch-invariant anyway: checked against fp32
+            variants["fp16"] = checked_fp16(staging, config.src_vocab_size, special_ids)
         if default_variant not in variants:
             raise ValueError(f"default variant {default_variant!r} was not exported")
         files = sorted(p.name for p in staging.iterdir() if p.is_file())

@@ -70,7 +70,8 @@ def read_source(source: str | Path) -> Imported:
 
 
 def import_model(source: str | Path, out_dir: str | Path, *, int8: bool = False,
-                 calibration: str | Path | None = None, source_lang: str | None = None,
+                 fp16: bool = False, calibration: str | Path | None = None,
+                 source_lang: str | None = None,
                  target_lang: str | None = None, default_variant: str | None = None,
                  decoding: dict[str, Any] | None = None) -> Path:
     """Write a bundle of ``source`` to ``out_dir``; the flags' languages are used where the
@@ -101,6 +102,6 @@ def import_model(source: str | Path, out_dir: str | Path, *, int8: bool = False,
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "imported.pt"
         torch.save(checkpoint, path)
-        return export_bundle(path, out_dir, int8=int8, calibration=calibration,
+        return export_bundle(path, out_dir, int8=int8, fp16=fp16, calibration=calibration,
                              default_variant=default_variant or ("int8" if int8 else "fp32"),
                              decoding=decoding)

@@ -27,7 +27,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from service import deepl, libretranslate
 from service.api import ServiceState, router
 from service.bundle import MANIFEST, discover_bundles
-from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
+from service.connections import (
+    BodyDeadlineMiddleware,
+    CloseWhenStoppingMiddleware,
+    GuardedConfig,
+    accept_waiting,
+    fit_open_file_limit,
+)
 from service.decoding import DecodeOptions, Engine
 from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.metrics import Metrics, RequestMetricsMiddleware
@@ -161,6 +167,8 @@ def create_app(
     app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(CloseWhenStoppingMiddleware,
+                       stopping=lambda: state.shutdown_started is not None)
     return app
 
 
@@ -207,7 +215,9 @@ def logging_config(settings: Settings) -> dict[str, Any]:
 class Server(uvicorn.Server):
     """uvicorn with the service's stop sequence. At the stop signal /ready turns 503 while
     requests are still served, for SHUTDOWN_DELAY_S, so that load balancers notice and stop
-    sending; then admission stops, the listener closes and accepted requests have
+    sending; their responses close their connections (``CloseWhenStoppingMiddleware``). Then
+    admission stops, the connections the kernel has accepted are taken, the listener closes
+    and accepted requests (those on connections still expecting one too) have
     SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
     documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
     exits at once, as with plain uvicorn."""
@@ -230,7 +240,8 @@ class Server(uvicorn.Server):
         # Draining runs beside uvicorn's wait for open connections, which it ends by
         # answering every accepted request within the grace period.
         self.service_state.start_draining()
-        await super().shutdown(sockets)
+        await accept_waiting(self.servers)
+        await super().shutdown(sockets)  # closes the listeners first, without awaiting
 
 
 def server_for(app: FastAPI, settings: Settings) -> Server:

@@ -8,6 +8,7 @@ takes a known time, so that a request is surely running when the signal arrives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -20,11 +21,14 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.connections import accept_waiting
 from service.settings import settings_from_args
 from tests.test_api import fake_models, free_port
 
@@ -266,6 +270,106 @@ def test_a_request_still_reading_its_body_at_the_end_gets_503_json(tmp_path: Pat
         assert b"content-type: application/json" in answer
         assert b'"code":"shutting_down"' in answer
         assert server.stop() in (0, -signal.SIGTERM)
+
+
+def listener_closed(server: ServerProcess, timeout: float = 10) -> bool:
+    """Wait until the server refuses new connections."""
+    stop = time.monotonic() + timeout
+    while time.monotonic() < stop:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def wait_until_not_ready(server: ServerProcess) -> None:
+    stop = time.monotonic() + 5
+    while httpx.get(server.url + "/ready").status_code == 200:
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+
+
+TRANSLATE = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 15\r\n\r\n{\"text\":\"late\"}")
+
+
+def test_from_the_stop_signal_responses_close_their_connections(tmp_path: Path) -> None:
+    """A client that keeps its connection would send its next request on it just as the server
+    closes it at the end of the delay, and get a reset instead of an answer."""
+    with fake_server(tmp_path, "--shutdown-delay-s", "5") as server, connect(server) as sock:
+        sock.sendall(TRANSLATE)
+        before = read_response(sock)
+        assert before.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in before
+        server.process.send_signal(signal.SIGTERM)
+        wait_until_not_ready(server)
+        signalled = time.monotonic()
+        sock.sendall(TRANSLATE)  # the kept-alive connection, still served during the delay
+        answer = read_until_closed(sock)  # the server closes it after the answer
+        assert time.monotonic() - signalled < 2  # at once, not when the delay ends
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert b"connection: close" in answer.lower()
+        assert b'"text":"LATE"' in answer
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept alive"])
+def test_a_request_arriving_as_the_listener_closes_is_answered(
+    tmp_path: Path, kept_alive: bool
+) -> None:
+    """A connection opened before the listener closed, or a request whose first bytes came on a
+    kept-alive one before then, gets its request answered with the documented 503 rather than
+    the connection closed under it."""
+    with fake_server(tmp_path, "--shutdown-delay-s", "0.5") as server, connect(server) as sock:
+        begun = 0
+        if kept_alive:
+            sock.sendall(TRANSLATE)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            begun = 30
+            sock.sendall(TRANSLATE[:begun])  # the next request begins
+        server.process.send_signal(signal.SIGTERM)
+        assert listener_closed(server)
+        sock.sendall(TRANSLATE[begun:])
+        answer = read_until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b"connection: close" in answer.lower()
+        assert b'"code":"shutting_down"' in answer
+        assert server.stop() in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # uvicorn runs on uvloop when installed
+def test_connections_the_kernel_accepted_are_taken_before_the_listener_closes(loop: str) -> None:
+    """The kernel completes a connection before the event loop accepts it; closing the listener
+    then would reset it under the request its client has sent."""
+
+    async def main() -> tuple[int, list[bytes]]:
+        made: list[Any] = []  # uvloop's transports are not asyncio.Transport's subclasses
+
+        class Answer(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                made.append(transport)
+
+        server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        # Connected by the kernel while the loop has not yet had a turn to accept them.
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+        await accept_waiting([server])
+        server.close()
+        for _ in range(10):  # the accepted connections get their protocols
+            await asyncio.sleep(0)
+        for transport in made:
+            transport.write(b"answer")
+            transport.close()
+        await asyncio.sleep(0.05)
+        answers = []
+        for client in clients:
+            with client:
+                answers.append(read_until_closed(client))
+        return len(made), answers
+
+    accepted, answers = asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
+    assert accepted == 3
+    assert answers == [b"answer"] * 3
 
 
 # -- connections ---------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ however it is deployed; a proxy can still add per-client limits the service cann
 At shutdown no request that reached the server goes unanswered: from the stop signal on
 ``CloseWhenStoppingMiddleware`` ends kept-alive connections with their responses, a connection
 that is new or receiving a request when the listener closes answers that request before
-closing, and the connections the kernel has accepted are taken before the listener closes
-(``accept_waiting``).
+closing, and the connections the kernel has completed but the event loop not yet accepted are
+accepted as the listener closes (``close_listeners``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import resource
-import select
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -202,23 +203,38 @@ class CloseWhenStoppingMiddleware:
         await self.app(scope, receive, send_closing)
 
 
-async def accept_waiting(servers: Sequence[asyncio.Server], turns: int = 100) -> None:
-    """Let the event loop take the connections the kernel has completed on the listening
-    sockets but the loop has not yet accepted: closing a listener resets those, though their
-    clients may have sent a request on them. Call right before closing the listeners, with no
-    await in between.
+async def close_listeners(
+    servers: Sequence[asyncio.Server], protocol_factory: Callable[[], asyncio.BaseProtocol]
+) -> None:
+    """Close the listening sockets without resetting the connections the kernel has completed
+    on them and the event loop has not yet accepted, though their clients may have sent a
+    request on them (under a stream of new connections the loop always has some waiting).
 
-    Returns after two turns of the loop in a row find none waiting: asyncio accepts a waiting
-    connection in one turn and gives it its transport in the next (a transport made after the
-    listener closed fails). Gives up after ``turns`` under a flood of new connections."""
-    listeners = [sock for server in servers for sock in server.sockets]
-    quiet = 0
-    for _ in range(turns):
-        waiting = bool(listeners) and bool(select.select(listeners, [], [], 0)[0])
-        quiet = 0 if waiting else quiet + 1
-        if quiet == 2:
-            return
-        await asyncio.sleep(0)
+    The loop stops listening while copies of the sockets keep them open; the waiting
+    connections are accepted from the copies, each copy closed at once after its last (a
+    connection completed between the two is reset: a window of microseconds), and those
+    connections are served through ``protocol_factory`` like any other."""
+    copies = [socket.socket(fileno=os.dup(sock.fileno()))
+              for server in servers for sock in server.sockets]
+    for server in servers:
+        server.close()
+    accepted: list[socket.socket] = []
+    for listener in copies:
+        with listener:
+            listener.setblocking(False)
+            while True:
+                try:
+                    accepted.append(listener.accept()[0])
+                except BlockingIOError:
+                    break
+                except ConnectionAbortedError:
+                    continue
+                except OSError as exc:  # out of descriptors: the rest are reset
+                    log.warning("accepting the waiting connections at shutdown: %s", exc)
+                    break
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.connect_accepted_socket(protocol_factory, sock)
+                           for sock in accepted))
 
 
 class BodyDeadlineMiddleware:

@@ -31,7 +31,7 @@ from service.connections import (
     BodyDeadlineMiddleware,
     CloseWhenStoppingMiddleware,
     GuardedConfig,
-    accept_waiting,
+    close_listeners,
     fit_open_file_limit,
 )
 from service.decoding import DecodeOptions, Engine
@@ -216,8 +216,8 @@ class Server(uvicorn.Server):
     """uvicorn with the service's stop sequence. At the stop signal /ready turns 503 while
     requests are still served, for SHUTDOWN_DELAY_S, so that load balancers notice and stop
     sending; their responses close their connections (``CloseWhenStoppingMiddleware``). Then
-    admission stops, the connections the kernel has accepted are taken, the listener closes
-    and accepted requests (those on connections still expecting one too) have
+    the listener closes (taking the connections the kernel has completed on it), admission
+    stops and accepted requests (those on connections still expecting one too) have
     SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
     documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
     exits at once, as with plain uvicorn."""
@@ -239,9 +239,15 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Draining runs beside uvicorn's wait for open connections, which it ends by
         # answering every accepted request within the grace period.
+        await close_listeners(self.servers, self.new_connection)  # uvicorn's close: a no-op
         self.service_state.start_draining()
-        await accept_waiting(self.servers)
-        await super().shutdown(sockets)  # closes the listeners first, without awaiting
+        await super().shutdown(sockets)
+
+    def new_connection(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn's startup makes them for its listeners."""
+        return self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
 
 
 def server_for(app: FastAPI, settings: Settings) -> Server:

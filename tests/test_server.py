@@ -21,14 +21,13 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.connections import accept_waiting
+from service.connections import close_listeners
 from service.settings import settings_from_args
 from tests.test_api import fake_models, free_port
 
@@ -338,38 +337,41 @@ def test_a_request_arriving_as_the_listener_closes_is_answered(
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # uvicorn runs on uvloop when installed
-def test_connections_the_kernel_accepted_are_taken_before_the_listener_closes(loop: str) -> None:
+def test_connections_the_kernel_completed_are_served_as_the_listener_closes(loop: str) -> None:
     """The kernel completes a connection before the event loop accepts it; closing the listener
     then would reset it under the request its client has sent."""
 
-    async def main() -> tuple[int, list[bytes]]:
-        made: list[Any] = []  # uvloop's transports are not asyncio.Transport's subclasses
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
 
-        class Answer(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                made.append(transport)
+        def data_received(self, data: bytes) -> None:
+            self.transport.write(b"answer to " + data)  # type: ignore[attr-defined]
+            self.transport.close()
 
-        server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", 0)
+    async def main() -> tuple[list[bytes], bool]:
+        server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        # Connected by the kernel while the loop has not yet had a turn to accept them.
+        # Connected by the kernel, their requests sent, while the loop has had no turn yet.
         clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
-        await accept_waiting([server])
-        server.close()
-        for _ in range(10):  # the accepted connections get their protocols
-            await asyncio.sleep(0)
-        for transport in made:
-            transport.write(b"answer")
-            transport.close()
-        await asyncio.sleep(0.05)
+        for number, client in enumerate(clients):
+            client.sendall(b"request %d" % number)
+        await close_listeners([server], Echo)
+        await asyncio.sleep(0.1)  # served by the loop
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            refused = False
+        except ConnectionRefusedError:
+            refused = True
         answers = []
         for client in clients:
             with client:
                 answers.append(read_until_closed(client))
-        return len(made), answers
+        return answers, refused
 
-    accepted, answers = asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
-    assert accepted == 3
-    assert answers == [b"answer"] * 3
+    answers, refused = asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
+    assert answers == [b"answer to request %d" % number for number in range(3)]
+    assert refused  # the listener is closed
 
 
 # -- connections ---------------------------------------------------------------------------------

@@ -45,6 +45,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+# This checkout's service and tests come first: an installed copy (``pip install -e`` of another
+# checkout) would otherwise be what the --faults server serves.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fairness import as_texts, long_sentences
 from load import DEFAULT_TESTS, ROOT, Server, read_sentences
@@ -338,7 +341,6 @@ def main(argv: list[str] | None = None) -> None:
 def serve_with_faults() -> None:
     """The service, configured from the environment as ``translate-serve`` is, whose engines
     fail every decoder step while POISON is in the batch (a test mode: tests/faults.py)."""
-    sys.path.insert(0, str(ROOT))
     from service.loading import default_engine
     from service.main import create_app, server_for
     from service.settings import Settings

@@ -306,20 +306,26 @@ def request_id_of(request: Request) -> str:
     return f"{_ID_PREFIX}{next(_request_ids):x}"
 
 
-def client_key(request: Request, settings: Settings) -> str:
-    """Whom the rate limits count: the API key (already checked), else the client address."""
+def client_key(request: Request, settings: Settings, api_key: str | None = None) -> str:
+    """Whom the rate limits and usage count: the API key (already checked), else the client
+    address. The key is ``api_key`` where the API carries it elsewhere than as a bearer token
+    (LibreTranslate's body field, DeepL's header), else the Authorization header's token."""
     if settings.api_keys:
-        authorization = request.headers.get("authorization", "")
-        return "key:" + authorization.partition(" ")[2].strip()
+        if api_key is None:
+            api_key = request.headers.get("authorization", "").partition(" ")[2].strip()
+        return "key:" + api_key
     return "addr:" + (request.client.host if request.client else "")
 
 
-def take_rate(state: ServiceState, request: Request, chars: int) -> None:
+def take_rate(state: ServiceState, request: Request, chars: int,
+              api_key: str | None = None) -> None:
+    """Count a request of ``chars`` characters against its client's limits (``client_key``),
+    or refuse it with 429 and Retry-After."""
     limiter = state.limiter
     if not limiter.enabled:
         return
     try:
-        limiter.take(client_key(request, state.settings), chars)
+        limiter.take(client_key(request, state.settings, api_key), chars)
     except OverCharLimit as exc:
         raise ApiError(
             413,

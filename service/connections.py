@@ -7,6 +7,12 @@ process runs out of file descriptors, after which nobody gets in. ``GuardedHttpP
 the header deadline and the cap to uvicorn's own HTTP protocol; ``BodyDeadlineMiddleware`` bounds
 the body read, where the app reads it. No proxy is needed in front, so the service is safe
 however it is deployed; a proxy can still add per-client limits the service cannot see.
+
+At shutdown no request that reached the server goes unanswered: from the stop signal on
+``CloseWhenStoppingMiddleware`` ends kept-alive connections with their responses, a connection
+that is new or receiving a request when the listener closes answers that request before
+closing, and the connections the kernel has completed but the event loop not yet accepted are
+accepted as the listener closes (``close_listeners``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import resource
+import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
@@ -67,6 +76,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.metrics = config.metrics
         self.header_deadline: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
+        # A request is coming: the connection is new (opened to send one) or a request's first
+        # bytes came; its headers are not complete yet.
+        self.expecting_request = True
+        self.closing = False  # shutdown came while a request was coming: answer it, then close
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -89,12 +102,26 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.expecting_request = True
         if self.header_deadline is None:  # the next request on a kept-alive connection
             self._arm_header_deadline()
 
     def on_headers_complete(self) -> None:
+        self.expecting_request = False
         self._disarm_header_deadline()
         super().on_headers_complete()
+        if self.closing and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        """uvicorn closes a connection without a running request at once. One that is new or
+        receiving a request's headers is given them (within the header deadline) and an answer
+        first: closing it would reset the connection under a request the client has sent, or
+        is sending on a connection it has just opened for it."""
+        if self.expecting_request:
+            self.closing = True
+        else:
+            super().shutdown()
 
     def on_response_complete(self) -> None:
         self.idle_since = self.loop.time()
@@ -148,6 +175,66 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self.transport.write("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
         self.transport.close()
+
+
+class CloseWhenStoppingMiddleware:
+    """From the stop signal on, every response says ``Connection: close`` and the server closes
+    the connection after it. A kept-alive connection the server closes when it stops may cross
+    a request the client has just sent on it, which then gets a reset instead of an answer
+    (HTTP lets a client retry only idempotent requests); after this, by the time the listener
+    closes, the clients that sent during SHUTDOWN_DELAY_S hold no kept-alive connection."""
+
+    def __init__(self, app: ASGIApp, stopping: Callable[[], bool]) -> None:
+        self.app = app
+        self.stopping = stopping
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and self.stopping():
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
+async def close_listeners(
+    servers: Sequence[asyncio.Server], protocol_factory: Callable[[], asyncio.BaseProtocol]
+) -> None:
+    """Close the listening sockets without resetting the connections the kernel has completed
+    on them and the event loop has not yet accepted, though their clients may have sent a
+    request on them (under a stream of new connections the loop always has some waiting).
+
+    The loop stops listening while copies of the sockets keep them open; the waiting
+    connections are accepted from the copies, each copy closed at once after its last (a
+    connection completed between the two is reset: a window of microseconds), and those
+    connections are served through ``protocol_factory`` like any other."""
+    copies = [socket.socket(fileno=os.dup(sock.fileno()))
+              for server in servers for sock in server.sockets]
+    for server in servers:
+        server.close()
+    accepted: list[socket.socket] = []
+    for listener in copies:
+        with listener:
+            listener.setblocking(False)
+            while True:
+                try:
+                    accepted.append(listener.accept()[0])
+                except BlockingIOError:
+                    break
+                except ConnectionAbortedError:
+                    continue
+                except OSError as exc:  # out of descriptors: the rest are reset
+                    log.warning("accepting the waiting connections at shutdown: %s", exc)
+                    break
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.connect_accepted_socket(protocol_factory, sock)
+                           for sock in accepted))
 
 
 class BodyDeadlineMiddleware:

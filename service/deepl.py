@@ -69,15 +69,17 @@ async def _fields(request: Request, state: ServiceState) -> dict[str, Any]:
         raise DeepLError(400, str(exc)) from None
 
 
-def _check_key(request: Request, state: ServiceState, fields: dict[str, Any]) -> None:
-    keys = state.settings.api_keys
-    if not keys:
-        return
+def _check_key(request: Request, state: ServiceState, fields: dict[str, Any]) -> str:
+    """The key given (``DeepL-Auth-Key`` header or ``auth_key`` field), checked against
+    API_KEYS when set: whom the rate limits and usage count."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "deepl-auth-key":
         given = str(fields.get("auth_key") or "")
-    if not any([hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]):
+    given = given.strip()
+    keys = state.settings.api_keys
+    if keys and not any([hmac.compare_digest(given.encode(), key.encode()) for key in keys]):
         raise DeepLError(403, "Authorization failure, check auth_key")
+    return given
 
 
 def _language(code: str) -> str:
@@ -100,7 +102,7 @@ async def translate(request: Request) -> JSONResponse:
 async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     fields = await _fields(request, state)
-    _check_key(request, state, fields)
+    api_key = _check_key(request, state, fields)
     texts = fields.get("text")
     if isinstance(texts, str):
         texts = [texts]
@@ -140,11 +142,11 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         ranked = state.detect_languages(texts, sources) if len(sources) > 1 else []
         source = ranked[0][0] if ranked else sources[0]
     characters = sum(map(len, texts))
-    client = client_key(request, state.settings)
+    client = client_key(request, state.settings, api_key)
     limit = settings.usage_limit_chars
     if limit and state.usage.count(client) + characters > limit:
         raise DeepLError(QUOTA_EXCEEDED, "Quota exceeded")
-    take_rate(state, request, characters)
+    take_rate(state, request, characters, api_key)
     assert state.translator is not None  # ready implies a translator
     work = state.translator.translate(texts, (source, target), options, deadline=deadline,
                                       request_id=request_id_of(request))
@@ -189,10 +191,10 @@ async def usage(request: Request) -> JSONResponse:
     and its ``USAGE_LIMIT_CHARS`` (absent when there is none)."""
     state: ServiceState = request.app.state.service
     try:
-        _check_key(request, state, await _fields(request, state))
+        api_key = _check_key(request, state, await _fields(request, state))
     except DeepLError as exc:
         return exc.response()
-    client = client_key(request, state.settings)
+    client = client_key(request, state.settings, api_key)
     answer: dict[str, int] = {"character_count": state.usage.count(client)}
     if state.settings.usage_limit_chars:
         answer["character_limit"] = state.settings.usage_limit_chars

@@ -72,15 +72,17 @@ async def _fields(request: Request, state: ServiceState) -> dict[str, Any]:
         raise LibreTranslateError(400, str(exc)) from None
 
 
-def _check_key(state: ServiceState, fields: dict[str, Any]) -> None:
+def _check_key(state: ServiceState, fields: dict[str, Any]) -> str:
+    """The body's ``api_key``, checked against API_KEYS when set: whom the rate limits count."""
     keys = state.settings.api_keys
-    if not keys:
-        return
     given = str(fields.get("api_key") or "")
+    if not keys:
+        return given
     if not given:
         raise LibreTranslateError(400, "Please contact the server operator to get an API key")
     if not any([hmac.compare_digest(given.encode(), key.encode()) for key in keys]):
         raise LibreTranslateError(403, "Invalid API key")
+    return given
 
 
 def _name(code: str) -> str:
@@ -132,7 +134,7 @@ async def translate(request: Request) -> JSONResponse:
 async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     fields = await _fields(request, state)
-    _check_key(state, fields)
+    api_key = _check_key(state, fields)
     q = fields.get("q")
     for name in ("q", "source", "target"):
         if not fields.get(name):
@@ -159,7 +161,7 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
         raise LibreTranslateError(400, f"Invalid request: {exc}") from None
     require_ready(state)
     pair, detected = _pair(state, str(fields["source"]), str(fields["target"]), texts)
-    take_rate(state, request, sum(map(len, texts)))
+    take_rate(state, request, sum(map(len, texts)), api_key)
     assert state.translator is not None  # ready implies a translator
     work = state.translator.translate(texts, pair, options, deadline=deadline,
                                       request_id=request_id_of(request))

@@ -25,7 +25,13 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service import deepl, libretranslate
 from service.api import ServiceState, router
-from service.connections import BodyDeadlineMiddleware, GuardedConfig, fit_open_file_limit
+from service.connections import (
+    BodyDeadlineMiddleware,
+    CloseWhenStoppingMiddleware,
+    GuardedConfig,
+    close_listeners,
+    fit_open_file_limit,
+)
 from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
@@ -99,6 +105,8 @@ def create_app(
     app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(CloseWhenStoppingMiddleware,
+                       stopping=lambda: state.shutdown_started is not None)
     return app
 
 
@@ -145,7 +153,9 @@ def logging_config(settings: Settings) -> dict[str, Any]:
 class Server(uvicorn.Server):
     """uvicorn with the service's stop sequence. At the stop signal /ready turns 503 while
     requests are still served, for SHUTDOWN_DELAY_S, so that load balancers notice and stop
-    sending; then admission stops, the listener closes and accepted requests have
+    sending; their responses close their connections (``CloseWhenStoppingMiddleware``). Then
+    the listener closes (taking the connections the kernel has completed on it), admission
+    stops and accepted requests (those on connections still expecting one too) have
     SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
     documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
     exits at once, as with plain uvicorn."""
@@ -167,8 +177,15 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Draining runs beside uvicorn's wait for open connections, which it ends by
         # answering every accepted request within the grace period.
+        await close_listeners(self.servers, self.new_connection)  # uvicorn's close: a no-op
         self.service_state.start_draining()
         await super().shutdown(sockets)
+
+    def new_connection(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn's startup makes them for its listeners."""
+        return self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
 
 
 def server_for(app: FastAPI, settings: Settings) -> Server:

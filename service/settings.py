@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     shutdown_delay_s: float = Field(
         5.0, ge=0, description="After the stop signal, how long the service keeps serving "
         "with /ready answering 503, so that load balancers stop sending to it before the "
-        "listener closes."
+        "listener closes. Responses meanwhile say 'Connection: close', so that no client is "
+        "left holding a kept-alive connection when it closes."
     )
     shutdown_grace_s: float = Field(
         30.0, ge=0, description="After SHUTDOWN_DELAY_S, how long accepted requests may take to "

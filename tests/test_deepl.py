@@ -80,3 +80,30 @@ def test_form_bodies_regional_variants_and_errors(tiny_bundle: Path) -> None:
 
     limit = 2 * len(PAIRS[5][0]) + 15
     check_app(tiny_bundle, check, usage_limit_chars=limit)
+
+
+def test_clients_with_different_keys_have_separate_budgets(tiny_bundle: Path) -> None:
+    """The key counts as DeepL's clients send it: the DeepL-Auth-Key header, or the legacy
+    auth_key field."""
+
+    async def check(client: httpx.AsyncClient) -> None:
+        fields = {"text": [PAIRS[0][0]], "target_lang": "DE"}
+
+        async def status(key: str, in_header: bool) -> int:
+            if in_header:
+                response = await client.post("/v2/translate", json=fields,
+                                             headers={"Authorization": f"DeepL-Auth-Key {key}"})
+            else:
+                response = await client.post("/v2/translate", json={**fields, "auth_key": key})
+            if response.status_code == 429:
+                assert int(response.headers["retry-after"]) >= 1
+            return response.status_code
+
+        for in_header in (True, False):
+            first, second = ("alpha", "beta") if in_header else ("gamma", "delta")
+            assert await status(first, in_header) == 200
+            assert await status(first, in_header) == 429
+            assert await status(second, in_header) == 200
+
+    check_app(tiny_bundle, check, api_keys=["alpha", "beta", "gamma", "delta"],
+              requests_per_minute=1)

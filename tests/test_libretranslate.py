@@ -126,3 +126,22 @@ def test_a_client_over_its_limit_gets_a_slowdown_429(tiny_bundle: Path) -> None:
         assert int(response.headers["retry-after"]) >= 1
 
     check_app(tiny_bundle, check, requests_per_minute=1)
+
+
+def test_clients_with_different_keys_have_separate_budgets(tiny_bundle: Path) -> None:
+    """LibreTranslate's clients send their key in the body, not as a bearer token."""
+
+    async def check(client: httpx.AsyncClient) -> None:
+        fields = {"q": PAIRS[0][0], "source": "en", "target": "de"}
+        url = "/libretranslate/translate"
+        first = await client.post(url, json={**fields, "api_key": "alpha"})
+        assert first.status_code == 200, first.text
+        spent = await client.post(url, json={**fields, "api_key": "alpha"})
+        assert spent.status_code == 429, spent.text
+        assert spent.json()["error"].startswith("Slowdown:")
+        assert int(spent.headers["retry-after"]) >= 1
+        other = await client.post(url, json={**fields, "api_key": "beta"})
+        assert other.status_code == 200, other.text
+        assert other.json() == {"translatedText": PAIRS[0][1]}
+
+    check_app(tiny_bundle, check, api_keys=["alpha", "beta"], requests_per_minute=1)

@@ -8,6 +8,7 @@ takes a known time, so that a request is surely running when the signal arrives.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -23,8 +24,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.connections import close_listeners
 from service.settings import settings_from_args
 from tests.test_api import fake_models, free_port
 
@@ -266,6 +269,109 @@ def test_a_request_still_reading_its_body_at_the_end_gets_503_json(tmp_path: Pat
         assert b"content-type: application/json" in answer
         assert b'"code":"shutting_down"' in answer
         assert server.stop() in (0, -signal.SIGTERM)
+
+
+def listener_closed(server: ServerProcess, timeout: float = 10) -> bool:
+    """Wait until the server refuses new connections."""
+    stop = time.monotonic() + timeout
+    while time.monotonic() < stop:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def wait_until_not_ready(server: ServerProcess) -> None:
+    stop = time.monotonic() + 5
+    while httpx.get(server.url + "/ready").status_code == 200:
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+
+
+TRANSLATE = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 15\r\n\r\n{\"text\":\"late\"}")
+
+
+def test_from_the_stop_signal_responses_close_their_connections(tmp_path: Path) -> None:
+    """A client that keeps its connection would send its next request on it just as the server
+    closes it at the end of the delay, and get a reset instead of an answer."""
+    with fake_server(tmp_path, "--shutdown-delay-s", "5") as server, connect(server) as sock:
+        sock.sendall(TRANSLATE)
+        before = read_response(sock)
+        assert before.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in before
+        server.process.send_signal(signal.SIGTERM)
+        wait_until_not_ready(server)
+        signalled = time.monotonic()
+        sock.sendall(TRANSLATE)  # the kept-alive connection, still served during the delay
+        answer = read_until_closed(sock)  # the server closes it after the answer
+        assert time.monotonic() - signalled < 2  # at once, not when the delay ends
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert b"connection: close" in answer.lower()
+        assert b'"text":"LATE"' in answer
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "kept alive"])
+def test_a_request_arriving_as_the_listener_closes_is_answered(
+    tmp_path: Path, kept_alive: bool
+) -> None:
+    """A connection opened before the listener closed, or a request whose first bytes came on a
+    kept-alive one before then, gets its request answered with the documented 503 rather than
+    the connection closed under it."""
+    with fake_server(tmp_path, "--shutdown-delay-s", "0.5") as server, connect(server) as sock:
+        begun = 0
+        if kept_alive:
+            sock.sendall(TRANSLATE)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            begun = 30
+            sock.sendall(TRANSLATE[:begun])  # the next request begins
+        server.process.send_signal(signal.SIGTERM)
+        assert listener_closed(server)
+        sock.sendall(TRANSLATE[begun:])
+        answer = read_until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b"connection: close" in answer.lower()
+        assert b'"code":"shutting_down"' in answer
+        assert server.stop() in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # uvicorn runs on uvloop when installed
+def test_connections_the_kernel_completed_are_served_as_the_listener_closes(loop: str) -> None:
+    """The kernel completes a connection before the event loop accepts it; closing the listener
+    then would reset it under the request its client has sent."""
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.transport.write(b"answer to " + data)  # type: ignore[attr-defined]
+            self.transport.close()
+
+    async def main() -> tuple[list[bytes], bool]:
+        server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        # Connected by the kernel, their requests sent, while the loop has had no turn yet.
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+        for number, client in enumerate(clients):
+            client.sendall(b"request %d" % number)
+        await close_listeners([server], Echo)
+        await asyncio.sleep(0.1)  # served by the loop
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            refused = False
+        except ConnectionRefusedError:
+            refused = True
+        answers = []
+        for client in clients:
+            with client:
+                answers.append(read_until_closed(client))
+        return answers, refused
+
+    answers, refused = asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
+    assert answers == [b"answer to request %d" % number for number in range(3)]
+    assert refused  # the listener is closed
 
 
 # -- connections ---------------------------------------------------------------------------------

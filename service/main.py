@@ -23,8 +23,9 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service import deepl, libretranslate
-from service.api import ServiceState, router
+from service.api import deepl, libretranslate
+from service.api.native import router
+from service.api.shared import ServiceState
 from service.connections import (
     BodyDeadlineMiddleware,
     CloseWhenStoppingMiddleware,

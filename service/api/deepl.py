@@ -30,7 +30,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.api import (
+from service.api.fields import BadFields, CompatError, request_fields
+from service.api.libretranslate import LANGUAGE_NAMES
+from service.api.shared import (
     ServiceState,
     check_texts,
     client_key,
@@ -41,8 +43,6 @@ from service.api import (
     unless_disconnected,
 )
 from service.errors import ApiError
-from service.fields import BadFields, CompatError, request_fields
-from service.libretranslate import LANGUAGE_NAMES
 from service.scheduler import SchedulerError
 from service.translator import InvalidOption, TranslateOptions, fixed_options
 
@@ -162,7 +162,6 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     ]})
 
 
-@router.api_route("/languages", methods=["GET", "POST"])
 async def languages(request: Request) -> JSONResponse:
     """DeepL's ``/v2/languages``: ``[{language, name}]`` for ``type=source`` (the default),
     with ``supports_formality`` for ``type=target``."""
@@ -185,7 +184,6 @@ async def languages(request: Request) -> JSONResponse:
     return JSONResponse(entries)
 
 
-@router.api_route("/usage", methods=["GET", "POST"])
 async def usage(request: Request) -> JSONResponse:
     """DeepL's ``/v2/usage``: characters this client translated since the process started,
     and its ``USAGE_LIMIT_CHARS`` (absent when there is none)."""
@@ -199,3 +197,12 @@ async def usage(request: Request) -> JSONResponse:
     if state.settings.usage_limit_chars:
         answer["character_limit"] = state.settings.usage_limit_chars
     return JSONResponse(answer)
+
+
+# DeepL answers both methods; one route per method, so each has its own OpenAPI operation id
+# (FastAPI gives one api_route with two methods the same id twice).
+for _method in ("GET", "POST"):
+    router.add_api_route("/languages", languages, methods=[_method],
+                         operation_id=f"deepl_languages_{_method.lower()}")
+    router.add_api_route("/usage", usage, methods=[_method],
+                         operation_id=f"deepl_usage_{_method.lower()}")

@@ -23,7 +23,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.api import (
+from service.api.fields import BadFields, CompatError, request_fields
+from service.api.shared import (
     ServiceState,
     check_texts,
     request_id_of,
@@ -33,7 +34,6 @@ from service.api import (
     unless_disconnected,
 )
 from service.errors import ApiError
-from service.fields import BadFields, CompatError, request_fields
 from service.scheduler import SchedulerError
 from service.translator import InvalidOption, Pair, TranslateOptions, fixed_options
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from service.api import body_limit, read_body
+from service.api.shared import body_limit, read_body
 from service.settings import Settings
 
 

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import datetime
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -605,6 +606,10 @@ def _train(config: Config, resume: bool, init_from: str | Path | None,
             writer.close()
     if world_size > 1:
         dist.barrier()
+    # The DDP wrapper's reducer holds gloo work; freed only at interpreter exit, after the group
+    # is gone, it can abort the process (std::terminate on a joinable thread, seen under load).
+    del model
+    gc.collect()
     if joined:
         dist.destroy_process_group()
     return {**metrics, "step": step, "stop_reason": stop_reason,

@@ -223,6 +223,11 @@ NO_REPEAT = "no_repeat_ngram_size"
         (b'{"text": "a", "beam_size": 9}', 422, "invalid_field", "beam_size"),
         (b'{"text": "a", "max_length": 0}', 422, "invalid_field", "max_length"),
         (b'{"text": "a", "max_length": 257}', 422, "invalid_field", "max_length"),
+        (b'{"text": "a", "length_penalty": -0.5}', 422, "invalid_field", "length_penalty"),
+        (b'{"text": "a", "length_penalty": 5}', 422, "invalid_field", "length_penalty"),
+        (b'{"text": "a", "length_penalty": "1"}', 422, "invalid_field", "length_penalty"),
+        (b'{"text": "a", "max_length_ratio": 0}', 422, "invalid_field", "max_length_ratio"),
+        (b'{"text": "a", "max_length_ratio": 17}', 422, "invalid_field", "max_length_ratio"),
         (b'{"text": "a", "num_alternatives": -1}', 422, "invalid_field", "num_alternatives"),
         (b'{"text": "a", "no_repeat_ngram_size": -1}', 422, "invalid_field", NO_REPEAT),
         (b'{"text": "a", "no_repeat_ngram_size": 65}', 422, "invalid_field", NO_REPEAT),
@@ -848,6 +853,42 @@ def test_real_overlong_input_is_split_and_translated(real_app: FastAPI, tiny_bun
             response = await client.post("/translate", json={"text": sentence, "max_length": 8})
             assert response.status_code == 200
             assert response.json()["translations"][0]["text"]
+
+    run(main())
+
+
+def test_max_length_ratio_and_length_penalty_reach_the_search(real_app: FastAPI) -> None:
+    """A request's max_length_ratio caps each sentence's output at ratio x source tokens + 10,
+    and its length_penalty is the one beam search ranks by (as Engine.translate with them)."""
+    source = fixture_pairs()[0][0]
+
+    async def main() -> None:
+        async with serving(real_app) as client:
+            engine = real_app.state.service.engines[("en", "de")]
+            for ratio in (0.01, 4.0):
+                response = await client.post("/translate", json={
+                    "text": source, "beam_size": 1, "max_length_ratio": ratio})
+                assert response.status_code == 200
+                text = response.json()["translations"][0]["text"]
+                expected = engine.translate([source], beam_size=1, max_length_ratio=ratio)[0]
+                assert text == expected.text
+            capped = engine.translate([source], beam_size=1, max_length_ratio=0.01)[0]
+            assert len(capped.hypotheses[0].token_ids) <= 10
+            assert capped.text != engine.translate([source], beam_size=1)[0].text
+            # A sentence whose 4-best order the penalty changes, so the check can fail.
+            sources = [pair[0] for pair in fixture_pairs()]
+            ranked = {penalty: [[h.text for h in t.hypotheses] for t in engine.translate(
+                sources, beam_size=4, num_hypotheses=4, length_penalty=penalty)]
+                for penalty in (0.0, 4.0)}
+            changed = [i for i in range(len(sources)) if ranked[0.0][i] != ranked[4.0][i]]
+            assert changed, "the length penalty changes no fixture sentence's 4-best"
+            for penalty in (0.0, 4.0):
+                response = await client.post("/translate", json={
+                    "text": sources[changed[0]], "beam_size": 4, "num_alternatives": 3,
+                    "length_penalty": penalty})
+                result = response.json()["translations"][0]
+                texts = [result["text"]] + [a["text"] for a in result["alternatives"]]
+                assert texts == ranked[penalty][changed[0]]
 
     run(main())
 

@@ -168,6 +168,7 @@ async def _translate(request: Request, state: State, request_id: str) -> Transla
     options = TranslateOptions(
         beam_size=payload.beam_size, max_length=payload.max_length,
         no_repeat_ngram_size=payload.no_repeat_ngram_size,
+        length_penalty=payload.length_penalty, max_length_ratio=payload.max_length_ratio,
         num_alternatives=payload.num_alternatives, return_scores=payload.return_scores,
         format=payload.format)
     with _invalid_option():

@@ -49,6 +49,20 @@ class TranslateRequest(BaseModel):
         description="Never repeat an n-gram of this many tokens in a translation (0: allow; "
         "default: the server's NO_REPEAT_NGRAM_SIZE).",
     )
+    length_penalty: float | None = Field(
+        None,
+        ge=0,
+        le=4,
+        description="Beam hypotheses are ranked by log-probability / length ** this; above 1 "
+        "favours longer translations. Default: the model's recommendation (its manifest).",
+    )
+    max_length_ratio: float | None = Field(
+        None,
+        gt=0,
+        le=16,
+        description="Most target tokens per sentence as a multiple of its source tokens (+ 10), "
+        "besides max_length. Default: the model's recommendation, else 2.",
+    )
     num_alternatives: int = Field(
         0, ge=0, description="Extra translations besides the best; needs beam_size > this."
     )

@@ -173,6 +173,11 @@ async def _translate(request: Request, state: State, request_id: str) -> Transla
         format=payload.format)
     with _invalid_option():
         fixed_options(options, settings)  # a bad request is refused before any other work
+    if payload.format == "html" and (payload.num_alternatives or payload.return_scores):
+        # A document's segments are translated apart: it has no one score or alternative.
+        field = "num_alternatives" if payload.num_alternatives else "return_scores"
+        raise ApiError(422, "invalid_field", f"{field} is not available with format html.",
+                       field)
     require_ready(state)
     pair = resolve_pair(payload.source_lang, payload.target_lang, state.engines)
     take_rate(state, request, sum(map(len, texts)))

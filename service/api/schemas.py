@@ -72,7 +72,7 @@ class TranslateRequest(BaseModel):
     format: Literal["text", "html"] = Field(
         "text", description="html: translate the text of an HTML (or XML) fragment and keep its "
         "tags, attributes, entities and whitespace; code, pre, script, style and translate=no "
-        "are left alone. No alternatives or scores for html."
+        "are left alone. No alternatives or scores for html (asking for them is a 422)."
     )
 
 

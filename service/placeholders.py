@@ -68,11 +68,14 @@ _CLOSING = regex.compile(r"[\s.!?…:;。！？\"'”’»)\]]*$")
 @functools.lru_cache(maxsize=8)
 def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern]:
     """The items (with anything that looks like ``marker``) and the markers, spaces inside
-    allowed ("{ 0 }")."""
+    allowed ("{ 0 }"), and so are doubled delimiters ("{2}}", "{{0}"): a model that writes a
+    stray brace beside a marker would otherwise leave it in the text once the item is back."""
     parts = marker.replace("%%", "\0").split("%d")
     before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
-    found = regex.compile(rf"{before}\s*(\d+)" + (rf"\s*{after}" if after else r"(?!\d)"))
-    kinds = (_URL, _EMAIL, _PRINTF, _BRACE, found.pattern, _EMOJI, _NUMBER)
+    found = regex.compile(rf"(?:{before})+\s*(\d+)"
+                          + (rf"\s*(?:{after})+" if after else r"(?!\d)"))
+    # Markers before printf and brace forms, so that a doubled one is taken whole.
+    kinds = (_URL, _EMAIL, found.pattern, _PRINTF, _BRACE, _EMOJI, _NUMBER)
     return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found
 
 

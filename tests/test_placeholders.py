@@ -75,6 +75,14 @@ def test_spaces_inside_a_marker_are_forgiven():
     assert protect("Delete %s?").restore("{ 0 } löschen?").text == "%s löschen?"
 
 
+def test_a_stray_brace_beside_a_marker_goes_with_it():
+    # The shipped en-de model wrote "{2}}" for "{2}": no "}" may be left behind.
+    protected = protect("Please send the invoice to anna@example.com by 15 March 2024.")
+    restored = protected.restore("Bitte senden Sie die Rechnung an {0} bis {{1} März {2}}.")
+    assert restored.text == "Bitte senden Sie die Rechnung an anna@example.com bis 15 März 2024."
+    assert restored.by_model == (0, 1, 2)
+
+
 @pytest.mark.parametrize(
     ("translation", "expected", "by_rule"),
     [

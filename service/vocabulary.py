@@ -95,9 +95,13 @@ class Vocabulary:
         return self.target_pieces[token]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Target text of ``ids`` (without BOS/EOS); language tokens are left out."""
+        """Target text of ``ids`` (without BOS/EOS); language tokens are left out, and so are
+        byte pieces that form no character: SentencePiece decodes them as U+FFFD, which no
+        translation means (an undertrained model emits such runs)."""
         if self.target_pieces is None:
-            return self.target.decode(list(ids))
-        language_tokens = set(self.target_languages.values())
-        return self.target.decode_pieces(
-            [p for p in map(self.target_pieces.__getitem__, ids) if p not in language_tokens])
+            text = self.target.decode(list(ids))
+        else:
+            language_tokens = set(self.target_languages.values())
+            text = self.target.decode_pieces(
+                [p for p in map(self.target_pieces.__getitem__, ids) if p not in language_tokens])
+        return text.replace("\ufffd", "") if "\ufffd" in text else text

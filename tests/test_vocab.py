@@ -133,3 +133,13 @@ def test_vocab_coverage_counts_byte_fallback_digits_and_name_pieces(model_path):
     assert report["pieces_per_name"] == round((pieces("Berlin") + pieces("Zug")) / 2, 3)
     # "東京" is a word too (letters without case): six byte pieces.
     assert report["pieces_per_word"] == round((pieces("der") + pieces("東京")) / 2, 3)
+
+
+def test_byte_pieces_that_form_no_character_are_left_out(model_path):
+    from service.vocabulary import Vocabulary
+
+    vocabulary = Vocabulary(model_path, unk_id=UNK_ID, eos_id=EOS_ID)
+    ids = load_vocab(model_path).encode("東京")
+    assert vocabulary.decode(ids) == "東京"
+    # The last character cut inside its bytes, as an undertrained model may end one: no U+FFFD.
+    assert vocabulary.decode(ids[:-1]) == "東"

@@ -333,16 +333,19 @@ class _Events(HTMLParser):
     handle_charref = handle_entityref
 
 
-def _left_alone(name: str, attrs: dict[str, str | None]) -> bool:
+def _left_alone(name: str, attrs: dict[str, str | None], ignore: frozenset[str]) -> bool:
     classes = (attrs.get("class") or "").split()
-    return (name in UNTRANSLATED or (attrs.get("translate") or "").lower() == "no"
-            or "notranslate" in classes)
+    return (name in UNTRANSLATED or name in ignore
+            or (attrs.get("translate") or "").lower() == "no" or "notranslate" in classes)
 
 
-def parse(fragment: str, attributes: Sequence[str] = ()) -> Document:
+def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] = ()) -> Document:
     """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate; the
     quoted values of ``attributes`` (e.g. ``("alt", "title")``) of the tags not left alone
-    are segments too, after the texts."""
+    are segments too, after the texts. Elements named in ``ignore`` (DeepL's ``ignore_tags``)
+    are left alone as well, and stay in their sentence as one inline tag: callers name the
+    tags that wrap placeholders, terms and code inside sentences."""
+    ignored = frozenset(name.lower() for name in ignore)
     try:
         events = _Events(fragment).events
     except AssertionError:  # a parser bug on some malformed input: translate nothing
@@ -380,7 +383,7 @@ def parse(fragment: str, attributes: Sequence[str] = ()) -> Document:
 
     for (kind, start, name, attrs), end in zip(events, ends, strict=True):
         raw = fragment[start:end]
-        if wanted & attrs.keys() and alone is None and not _left_alone(name, attrs):
+        if wanted & attrs.keys() and alone is None and not _left_alone(name, attrs, ignored):
             raw = mark_values(raw)
         if alone is not None:  # inside an element left alone
             depth = alone[1] + (kind == "open" and name == alone[0]) - (
@@ -394,11 +397,12 @@ def parse(fragment: str, attributes: Sequence[str] = ()) -> Document:
                     flush()
                     parts.append(whole)
             continue
-        if kind == "open" and _left_alone(name, attrs):
+        if kind == "open" and _left_alone(name, attrs, ignored):
             alone, alone_start = (name, 1), start
-            inline_alone = name in INLINE or name in {"code", "kbd", "samp", "var"}
+            inline_alone = (name in INLINE or name in {"code", "kbd", "samp", "var"}
+                            or name in ignored)
             continue
-        if kind == "text" or (kind != "other" and name in INLINE):
+        if kind == "text" or (kind != "other" and (name in INLINE or name in ignored)):
             if kind == "text":
                 if run and isinstance(run[-1], str):
                     run[-1] += raw

@@ -59,6 +59,7 @@ class TranslateOptions:
     num_alternatives: int = 0
     return_scores: bool = False
     format: str = "text"  # "text" | "html"
+    ignore_tags: tuple[str, ...] = ()  # html: elements whose text is left as it is
 
 
 class InvalidOption(ValueError):
@@ -309,7 +310,7 @@ class Translator:
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                               deadline: float | None, request_id: str) -> list[TextResult]:
-        documents = [markup.parse(text) for text in texts]
+        documents = [markup.parse(text, ignore=options.ignore_tags) for text in texts]
         # A line break inside an element is a space in HTML, not the end of a sentence.
         segments = [segment.replace("\n", " ") for document in documents
                     for segment in document.segments]

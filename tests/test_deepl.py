@@ -44,6 +44,13 @@ def test_the_official_deepl_client(server: ServerProcess) -> None:
     html = client.translate_text(f"<p><b>{source}</b></p>", target_lang="DE",
                                  tag_handling="html")
     assert html.text == f"<p><b>{target}</b></p>"
+    # ignore_tags: the element's text stays as sent, in its place; without it, it is translated.
+    kept = PAIRS[1][0]
+    xml = f"<p>{source} <x>{kept}</x></p>"
+    ignored = client.translate_text(xml, target_lang="DE", tag_handling="xml", ignore_tags=["x"])
+    assert f"<x>{kept}</x>" in ignored.text and ignored.text.startswith("<p>")
+    assert f"<x>{kept}</x>" not in client.translate_text(xml, target_lang="DE",
+                                                         tag_handling="xml").text
     with pytest.raises(deepl.AuthorizationException):
         deepl.Translator("wrong", server_url=server.url).translate_text("a", target_lang="DE")
     with pytest.raises(deepl.DeepLException, match="formality"):

@@ -150,6 +150,15 @@ def test_tags_the_model_invented_or_mangled_are_not_let_through():
     assert "&lt;a href" not in out and out.count("<a") == 1
 
 
+def test_ignored_tags_are_left_alone_inside_their_sentence():
+    fragment = "<p>Press <key>Ctrl+S</key> to save <x/> now.</p>"
+    assert parse(fragment).segments == ["Press", "Ctrl+S", "to save", "now."]
+    document = parse(fragment, ignore=["KEY", "x"])
+    assert document.segments == ["Press <key/> to save <x/> now."]
+    assert document.render(["Drücken Sie <key/>, um <x/> jetzt zu speichern."]) == (
+        "<p>Drücken Sie <key>Ctrl+S</key>, um <x/> jetzt zu speichern.</p>")
+
+
 def test_an_inline_element_left_alone_stays_whole_inside_its_sentence():
     document = parse("<p>Run <code>rm -rf &lt;dir&gt;</code> with care.</p>")
     assert document.segments == ["Run <code/> with care."]

@@ -18,7 +18,8 @@ sentence, so text is always split; ``0`` does not keep a text whole), ``preserve
 (whitespace and layout are always kept), ``formality`` ``prefer_more``/``prefer_less`` and
 ``default`` (no loaded model has a formality setting: ``more``/``less`` are refused, as DeepL
 refuses them for a language without one). ``tag_handling`` ``html`` and ``xml`` keep the markup
-(``service.markup``); ``non_splitting_tags``, ``splitting_tags`` and ``ignore_tags`` are not read.
+(``service.markup``), and ``ignore_tags`` names elements whose text is left as it is (kept in
+their sentence); ``non_splitting_tags`` and ``splitting_tags`` are not read.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ async def translate(request: Request) -> JSONResponse:
         return _from_api_error(exc).response()
 
 
+def _tags(value: Any) -> tuple[str, ...]:
+    """Tag names from a list (the clients' JSON) or comma-separated strings (forms)."""
+    values = value if isinstance(value, list) else [value] if value else []
+    if not all(isinstance(v, str) for v in values):
+        raise DeepLError(400, "Value for 'ignore_tags' not supported: a list of tag names.")
+    return tuple(tag.strip() for v in values for tag in v.split(",") if tag.strip())
+
+
 async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     fields = await _fields(request, state)
@@ -124,7 +133,8 @@ async def _translate(request: Request, state: ServiceState) -> JSONResponse:
     except ApiError as exc:
         raise DeepLError(413, exc.message) from None
     # XML fragments are read by the same forgiving parser: tags and text kept as sent.
-    options = TranslateOptions(format="html" if tag_handling else "text")
+    options = TranslateOptions(format="html" if tag_handling else "text",
+                               ignore_tags=_tags(fields.get("ignore_tags")) if tag_handling else ())
     try:
         fixed_options(options, settings)
     except InvalidOption as exc:

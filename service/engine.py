@@ -39,8 +39,8 @@ from service.normalize import build_tables, clean_text
 from service.search import DecodeOptions, Translation
 from service.vocabulary import Vocabulary
 
-# onnxruntime would fuse the encoder's Add & LayerNorm pairs into SkipLayerNormalization, whose
-# CPU kernel is ~3x slower on a sentence's worth of rows (training.export._GraphBuilder).
+# onnxruntime would fuse the graphs' Add & LayerNorm pairs into SkipLayerNormalization, whose
+# CPU kernel is slower at every row count (training.export._GraphBuilder.sublayer).
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 T = TypeVar("T")
 R = TypeVar("R")

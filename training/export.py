@@ -131,12 +131,10 @@ class _GraphBuilder:
                          [x, self.bias(prefix + "weight"), self.bias(prefix + "bias")],
                          [out], axis=-1, epsilon=float(self.config.layer_norm_eps))
 
-    def sublayer(self, layer: str, norm: int, x: str, name: str, body,
-                 fused: bool = True) -> str:
+    def sublayer(self, layer: str, norm: int, x: str, name: str, body) -> str:
         """AddNorm around ``body(input) -> (output, output bias)``: post-norm
-        LayerNorm(x + output + bias), in one ``SkipLayerNormalization`` kernel when ``fused``
-        (the fewest nodes, for steps of few rows) or as Adds and a ``LayerNormalization``
-        (onnxruntime's CPU SkipLayerNormalization is ~3x slower from a few hundred rows on);
+        LayerNorm(x + output + bias), as two Adds and a ``LayerNormalization`` (onnxruntime's
+        fused CPU ``SkipLayerNormalization`` is slower at every row count, docs/benchmarks.md),
         or pre-norm x + body(LayerNorm(x))."""
         norm_prefix = f"{layer}sublayer.{norm}.norm."
         if self.config.pre_norm:
@@ -144,18 +142,9 @@ class _GraphBuilder:
             biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
             return self.node("Add", [x, biased], [f"{name}_residual"])
         out, bias = body(x)
-        if not fused:
-            biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
-            residual = self.node("Add", [x, biased], [f"{name}_residual"])
-            return self.layer_norm(norm_prefix, residual, f"{name}_norm")
-        return self.node(
-            "SkipLayerNormalization",
-            [out, x, self.bias(norm_prefix + "weight"), self.bias(norm_prefix + "bias"),
-             self.bias(bias)],
-            [f"{name}_norm"],
-            domain="com.microsoft",
-            epsilon=float(self.config.layer_norm_eps),
-        )
+        biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
+        residual = self.node("Add", [x, biased], [f"{name}_residual"])
+        return self.layer_norm(norm_prefix, residual, f"{name}_norm")
 
     def qkv(self, prefix: str, y: str, i: int) -> str:
         """One MatMul (and bias) for an attention's queries, keys and values: [.., 3 * d]."""
@@ -237,10 +226,9 @@ def _fused_encoder_graph(model: Transformer):
             out = g.node("MatMul", [context, g.weight(a + "w_o.")], [f"self_out_{i}"])
             return out, a + "w_o.bias"
 
-        x = g.sublayer(p, 0, x, f"self_{i}", self_attention, fused=False)
+        x = g.sublayer(p, 0, x, f"self_{i}", self_attention)
         x = g.sublayer(p, 1, x, f"ffn_{i}",
-                       lambda y, i=i, f=p + "feed_forward.": g.feed_forward(f, y, i),
-                       fused=False)
+                       lambda y, i=i, f=p + "feed_forward.": g.feed_forward(f, y, i))
     if config.pre_norm:  # the pre-norm stack's final LayerNorm
         x = g.layer_norm("encoder_norm.", x, "memory")
 
@@ -301,9 +289,8 @@ def _fused_decoder_graph(model: Transformer):
 
     Each writes its cache output in place when the caller binds it to the input's buffer
     (onnxruntime's shared past/present buffers; ``service.batch`` does), else returns a
-    copy. Post-norm Add & Norm is one ``SkipLayerNormalization`` (bias + residual +
-    LayerNorm); pre-norm is ``LayerNormalization`` before the sublayer and an Add after. At
-    batch 1 a step costs mostly per-node overhead, so the node count is the step time."""
+    copy. Post-norm Add & Norm is two Adds and a ``LayerNormalization``; pre-norm is
+    ``LayerNormalization`` before the sublayer and an Add after."""
     from onnx import TensorProto
 
     g = _GraphBuilder(model)

@@ -108,6 +108,10 @@ CANDIDATE_MARGINS = (4.0, 8.0)  # nats below the best total, tried in turn
 # More entries than this within a margin (a flat distribution over a large vocabulary) cost more
 # to sort than a partition per row costs to find a tighter cut-off.
 CANDIDATE_SORT_LIMIT = 4096
+# Over a flat block the cut-off first comes from every this-many-th entry of the best row: its
+# ``count``-th best is at most the row's own, so the cut-off admits at least ``count`` entries
+# (about this many times ``count`` per row), found at a small part of a partition's cost.
+CANDIDATE_SAMPLE_STRIDE = 16
 
 
 def top_candidates(
@@ -117,39 +121,57 @@ def top_candidates(
     first, as (beams, tokens, totals).
 
     Exact, yet it never sorts the whole [beams, vocab] block, the largest cost of a beam step
-    after the decoder. Next-token distributions are peaked, so few entries come within a
-    margin of the best total and one vectorised comparison finds them; the margins cover most
-    steps (docs/benchmarks.md). When even the widest admits fewer than ``count`` (rows so peaked
-    that a wider margin would admit thousands of entries to sort), or a margin admits more than
-    ``CANDIDATE_SORT_LIMIT`` (rows nearly flat over a large vocabulary), each row's
-    ``count``-th best log-prob from a partition sets the cut-off: the best row alone then puts
-    ``count`` entries over it. ``row_max`` is ``log_probs.max(axis=1)`` when the caller has it
-    already. Every pair above the cut-off is a candidate, so the best ``count`` of them are the
-    best overall."""
+    after the decoder. Every pair at or above a cut-off is a candidate; any cut-off at or below
+    the ``count``-th best total admits the best ``count``, so the best of the candidates are
+    the best overall. Cut-offs tried in turn (docs/benchmarks.md has the measurements):
+
+    * a margin below the best total (``CANDIDATE_MARGINS``): next-token distributions are
+      peaked, so few entries come within it, and one vectorised comparison finds them;
+    * when a margin admits more than ``CANDIDATE_SORT_LIMIT`` (rows nearly flat over a large
+      vocabulary), the best row's sampled ``count``-th best (``CANDIDATE_SAMPLE_STRIDE``);
+    * when even the widest margin admits fewer than ``count`` (rows so peaked that a wider
+      margin would admit thousands), or the sample still admits too many, each row's
+      ``count``-th best log-prob from a partition: the best row alone then puts ``count``
+      entries over it.
+
+    ``row_max`` is ``log_probs.max(axis=1)`` when the caller has it already."""
     if row_max is None:
         row_max = log_probs.max(axis=1)
     row_best = scores + row_max
     best = float(row_best.max())
     vocab = log_probs.shape[1]
-    margins = [*CANDIDATE_MARGINS, None]
-    while margins:
-        margin = margins.pop(0)
-        if margin is not None:
-            cutoff = best - margin
-        elif count <= vocab:
-            kth = np.partition(log_probs, vocab - count, axis=1)[:, vocab - count]
-            cutoff = float((scores + kth).max())
-        else:  # no row holds ``count`` entries: every entry is a candidate
-            cutoff = -math.inf
+    attempts: list[float | str] = [*CANDIDATE_MARGINS, "partition"]
+    while True:
+        attempt = attempts.pop(0)
+        if attempt == "sample":
+            beam = int(row_best.argmax())
+            sample = log_probs[beam, ::CANDIDATE_SAMPLE_STRIDE]
+            cutoff = float(scores[beam]) + float(
+                np.partition(sample, len(sample) - count)[len(sample) - count])
+        elif attempt == "partition":
+            if count <= vocab:
+                kth = np.partition(log_probs, vocab - count, axis=1)[:, vocab - count]
+                cutoff = float((scores + kth).max())
+            else:  # no row holds ``count`` entries: every entry is a candidate
+                cutoff = -math.inf
+        else:
+            cutoff = best - attempt
         # Per-row thresholds on the float32 log-probs; rows that cannot reach the cut-off
         # (a dead beam's score is NEG_INF) get +inf and contribute nothing.
         limits = np.where(row_best >= cutoff, cutoff - scores, np.inf).astype(np.float32)
-        # flatnonzero and a divmod: numpy's 2-D nonzero is 13x slower on such a block.
-        beams, tokens = np.divmod(np.flatnonzero(log_probs >= limits[:, None]), vocab)
-        if len(beams) > CANDIDATE_SORT_LIMIT and margin is not None:
-            margins = [None]  # too many to sort: the partition's cut-off admits fewer
-        elif len(beams) >= count:
+        admitted = log_probs >= limits[:, None]
+        # Counted before they are listed: over a flat row a margin admits the whole block,
+        # and listing it only to find it too long cost a third of the search's time.
+        found = int(np.count_nonzero(admitted))
+        if attempt == "partition":
             break
+        if found > CANDIDATE_SORT_LIMIT:
+            sampled = attempt == "sample" or -(-vocab // CANDIDATE_SAMPLE_STRIDE) < count
+            attempts = ["partition"] if sampled else ["sample", "partition"]
+        elif found >= count:
+            break
+    # flatnonzero and a divmod: numpy's 2-D nonzero is 13x slower on such a block.
+    beams, tokens = np.divmod(np.flatnonzero(admitted), vocab)
     totals = scores[beams] + log_probs[beams, tokens].astype(np.float64)
     order = np.lexsort((tokens, beams, -totals))[:count]  # ties: lower beam, then lower token
     return beams[order].tolist(), tokens[order].tolist(), totals[order].tolist()

@@ -305,6 +305,7 @@ class Engine:
         with self._batch_for(len(indices) * options.beam_size) as batch:
             for index in indices:
                 batch.add(index, sources[index], options)
+            batch.reserve_to_drain()
             results: dict[int, Translation] = {}
             while len(batch):
                 results.update(batch.step())

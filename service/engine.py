@@ -148,12 +148,18 @@ class Engine:
         shares = [max(1, threads // workers + (i < threads % workers)) for i in range(workers)]
         self.threads = shares[0]
         self._open_sessions()
-        # Each replica is a shallow copy with sessions of its own; everything else is shared.
+        # Each replica is a shallow copy; everything but the batches is shared. One-thread
+        # replicas on a CPU share the sessions too (onnxruntime runs a session from several
+        # threads at once, each call on its caller's thread when it has no pool), so the
+        # weights are held once: a second worker added 311 MiB for the Opus-MT-size import
+        # in int8 and 562 in fp32 with sessions of its own. Replicas of several threads keep
+        # their own, so that each has its own intra-op pool.
         self.replicas: list[Engine] = [self]
         for share in shares[1:]:
             replica = copy.copy(self)
             replica.threads = share
-            replica._open_sessions()
+            if not (share == self.threads == 1 and self.device == "cpu"):
+                replica._open_sessions()
             replica.replicas = [replica]  # its own translate() must not use the others' sessions
             self.replicas.append(replica)
         for replica in self.replicas:  # each its own (see _batch_for)

@@ -112,7 +112,8 @@ def test_the_memory_arena_is_kept_only_when_asked_and_changes_no_output(
 def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pairs) -> None:
     two = Engine(tiny_bundle, device="cpu", threads=2, workers=2)
     assert len(two.replicas) == 2 and two.threads == 1
-    assert two.replicas[1].decoder is not two.decoder  # sessions are not shared between threads
+    # One-thread replicas share the sessions (the weights are held once), never a batch.
+    assert two.replicas[1].decoder is two.decoder
     sources = [s for s, _ in pairs[:20]]
     for options in (dict(beam_size=1), dict(beam_size=3, num_hypotheses=2)):
         want = engine.translate(sources, **options)
@@ -127,6 +128,7 @@ def test_workers_translate_exactly_as_one(tiny_bundle: Path, engine: Engine, pai
     # Every thread asked for is used, none twice.
     uneven = Engine(tiny_bundle, device="cpu", threads=3, workers=2)
     assert [replica.threads for replica in uneven.replicas] == [2, 1]
+    assert uneven.replicas[1].decoder is not uneven.decoder  # each its own intra-op pool
 
 
 def test_one_sentence_calls_share_a_batch_yet_never_each_others_rows(

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Bundles of MODEL_DIR to load, by directory name, comma-separated (e.g. "
         "'en-de,opus-mt-en-fr'); empty = every bundle there. Each loaded bundle holds its "
-        "sessions' memory once per worker.",
+        "weights once (once per worker when workers have several threads each).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where onnxruntime runs: 'auto' takes a GPU when onnxruntime can "
@@ -63,9 +63,10 @@ class Settings(BaseSettings):
     workers: int = Field(
         0,
         ge=0,
-        description="Decoding workers, each with its own copy of the onnxruntime sessions and "
-        "its own running batch; 0 = 2 on a CPU with 2 or more threads (nearly twice the "
-        "throughput of one worker using both), 1 on CUDA. Each worker adds the sessions' memory.",
+        description="Decoding workers, each with its own running batch; 0 = 2 on a CPU with 2 "
+        "or more threads (nearly twice the throughput of one worker using both), 1 on CUDA. "
+        "One-thread workers share the onnxruntime sessions, so the weights are held once; "
+        "workers of several threads each hold their own copy.",
     )
     memory_arena: bool = Field(
         False,

@@ -137,14 +137,11 @@ class _GraphBuilder:
         fused CPU ``SkipLayerNormalization`` is slower at every row count, docs/benchmarks.md),
         or pre-norm x + body(LayerNorm(x))."""
         norm_prefix = f"{layer}sublayer.{norm}.norm."
-        if self.config.pre_norm:
-            out, bias = body(self.layer_norm(norm_prefix, x, f"{name}_normed"))
-            biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
-            return self.node("Add", [x, biased], [f"{name}_residual"])
-        out, bias = body(x)
+        pre_norm = self.config.pre_norm
+        out, bias = body(self.layer_norm(norm_prefix, x, f"{name}_normed") if pre_norm else x)
         biased = self.node("Add", [out, self.bias(bias)], [f"{name}_biased"])
         residual = self.node("Add", [x, biased], [f"{name}_residual"])
-        return self.layer_norm(norm_prefix, residual, f"{name}_norm")
+        return residual if pre_norm else self.layer_norm(norm_prefix, residual, f"{name}_norm")
 
     def qkv(self, prefix: str, y: str, i: int) -> str:
         """One MatMul (and bias) for an attention's queries, keys and values: [.., 3 * d]."""

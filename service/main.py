@@ -51,7 +51,6 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
     try:
         translator = await asyncio.to_thread(Translator.load, state.settings, factory,
                                              state.metrics)
-        state.engines, state.scheduler = translator.engines, translator.scheduler
         state.translator = translator
         await translator.warm_up()
     except Exception as exc:

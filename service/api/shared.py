@@ -56,9 +56,7 @@ class ServiceState:
     metrics: Metrics
     phase: Literal["loading", "ready", "draining", "failed"] = "loading"
     error: str | None = None
-    engines: dict[Pair, Engine] = field(default_factory=dict)
-    scheduler: Scheduler | None = None
-    translator: Translator | None = None
+    translator: Translator | None = None  # set once the models are loaded
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
     limiter: RateLimiter = field(init=False)
@@ -68,6 +66,15 @@ class ServiceState:
         self.limiter = RateLimiter(
             self.settings.requests_per_minute, self.settings.chars_per_minute
         )
+
+    @property
+    def engines(self) -> dict[Pair, Engine]:
+        """The loaded engines by pair; none while loading."""
+        return self.translator.engines if self.translator is not None else {}
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.translator.scheduler if self.translator is not None else None
 
     def detect_languages(self, texts: Sequence[str], candidates: Sequence[str],
                          ) -> list[tuple[str, float]]:
@@ -98,10 +105,14 @@ class ServiceState:
             drain = self.scheduler.drain(self.settings.shutdown_grace_s)
             self.drained = asyncio.ensure_future(drain)
         return self.drained
+
+
 # Dependencies are coroutines: FastAPI runs a plain ``def`` dependency in its thread pool, two
 # thread hops per request for what is an attribute read.
 async def get_state(request: Request) -> ServiceState:
     return request.app.state.service
+
+
 State = Annotated[ServiceState, Depends(get_state)]
 
 

@@ -104,4 +104,4 @@ class Vocabulary:
             language_tokens = set(self.target_languages.values())
             text = self.target.decode_pieces(
                 [p for p in map(self.target_pieces.__getitem__, ids) if p not in language_tokens])
-        return text.replace("\ufffd", "") if "\ufffd" in text else text
+        return text.replace("\ufffd", "")

@@ -5,6 +5,7 @@
 whatever the model did with the markers:
 
 - a marker the model kept (anywhere, in any order) becomes its item: placed by the model;
+- half a marker ("{0", "0}", "m0}") whose number no whole marker holds counts as that marker;
 - a marker the model dropped or mangled beyond recognition is put back by rule: at the start
   of the translation when the item opened the source, at its very end when the item closed
   the source, otherwise at the end before the translation's closing punctuation;
@@ -107,6 +108,8 @@ class Protected:
             return Restored(translation, (), (), 0)
         every, found = _patterns(self.marker)
         marked = {int(m.group(1)) for m in found.finditer(translation)}
+        translation = self._mend_halves(translation, marked)
+        marked = {int(m.group(1)) for m in found.finditer(translation)}
         by_model: list[int] = []
         removed = 0
 
@@ -140,6 +143,27 @@ class Protected:
         for index in missing:
             text = self._put_back(text, index)
         return Restored(text, tuple(by_model), tuple(missing), removed)
+
+    def _mend_halves(self, translation: str, marked: set[int]) -> str:
+        """A marker the model wrote half of ("{0" or "0}", or "m0}" with its opening delimiter
+        turned into a letter, as the en-de model did) becomes the whole marker, when no whole
+        one holds that number: the item then goes where the model put it, and no fragment is
+        left in the text."""
+        parts = self.marker.replace("%%", "\0").split("%d")
+        before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
+        if not before or not after:
+            return translation  # a marker without both delimiters has no halves
+        half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"  # opened, never closed
+                             rf"|(?<!\w|{before}\s*)[^\W\d_]?(\d+)\s*{after}")  # closed only
+
+        def mend(match: regex.Match) -> str:
+            index = int(match.group(1) or match.group(2))
+            if index >= len(self.items) or index in marked:
+                return match.group()
+            marked.add(index)
+            return self.marker % index
+
+        return half.sub(mend, translation)
 
     def _put_back(self, text: str, index: int) -> str:
         item = self.items[index]

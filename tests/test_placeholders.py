@@ -84,6 +84,32 @@ def test_a_stray_brace_beside_a_marker_goes_with_it():
 
 
 @pytest.mark.parametrize(
+    ("translation", "expected"),
+    [
+        # the en-de model wrote "m0}" for "{0}"; the number must not also stay as a fragment
+        ("Der Zug ist m0} Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
+        ("Der Zug ist 0} Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
+        ("Der Zug ist {0 Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
+        # a whole marker wins and the item comes back once; the half is the model's own text
+        ("Der Zug ist {0} Minuten zu spät, 0}.", "Der Zug ist 20 Minuten zu spät, 0}."),
+    ],
+)
+def test_half_a_marker_is_mended_where_the_model_put_it(translation, expected):
+    protected = protect("The train is 20 minutes late.")
+    restored = protected.restore(translation)
+    assert restored.text == expected
+    assert restored.by_model == (0,) and restored.by_rule == ()
+
+
+def test_half_markers_leave_other_items_and_their_braces_alone():
+    protected = protect("Keep {7} and 20")
+    assert protected.items == ("{7}", "20")
+    # "{7}" restored from item 0 must not read as half of marker 1's "{1}"
+    assert protected.restore("{0} und 1} behalten").text == "{7} und 20 behalten"
+    assert protected.restore("{0} und {1} behalten").text == "{7} und 20 behalten"
+
+
+@pytest.mark.parametrize(
     ("translation", "expected", "by_rule"),
     [
         # dropped: the first item opened the source, the second closed it

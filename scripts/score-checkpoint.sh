@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Export a checkpoint of the default model's training run (int8 default) and score it on dev
-# and test by source and domain, beam 2. The decoding is the previous default model's (no repeated 3-gram, length penalty 1.6), so
-# checkpoints compare with its figures in docs/en-de-baseline.md.
+# and test by source and domain, beam 2. The decoding is the previous default model's (no
+# repeated 3-gram, length penalty 1.6), so checkpoints compare with its figures in
+# docs/en-de-baseline.md.
 #   scripts/score-checkpoint.sh [CKPT (runs/en-de/train/checkpoint_avg.pt)] [OUT (runs/en-de/eval-bundle)]; THREADS=N
 set -euo pipefail
 cd "$(dirname "$0")/.."

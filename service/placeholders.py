@@ -67,17 +67,22 @@ _CLOSING = regex.compile(r"[\s.!?…:;。！？\"'”’»)\]]*$")
 
 
 @functools.lru_cache(maxsize=8)
-def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern]:
+def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern | None]:
     """The items (with anything that looks like ``marker``) and the markers, spaces inside
     allowed ("{ 0 }"), and so are doubled delimiters ("{2}}", "{{0}"): a model that writes a
-    stray brace beside a marker would otherwise leave it in the text once the item is back."""
+    stray brace beside a marker would otherwise leave it in the text once the item is back.
+    Third, half markers: opened and never closed ("{0"), or closed only ("0}", "m0}", the
+    opening delimiter turned into a letter); None for a marker without both delimiters."""
     parts = marker.replace("%%", "\0").split("%d")
     before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
     found = regex.compile(rf"(?:{before})+\s*(\d+)"
                           + (rf"\s*(?:{after})+" if after else r"(?!\d)"))
     # Markers before printf and brace forms, so that a doubled one is taken whole.
     kinds = (_URL, _EMAIL, found.pattern, _PRINTF, _BRACE, _EMOJI, _NUMBER)
-    return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found
+    half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"
+                         rf"|(?<!\w|{before}\s*)[^\W\d_]?(\d+)\s*{after}"
+                         ) if before and after else None
+    return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found, half
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,10 @@ class Protected:
     def restore(self, translation: str) -> Restored:
         if not self.items:
             return Restored(translation, (), (), 0)
-        every, found = _patterns(self.marker)
+        every, found, half = _patterns(self.marker)
         marked = {int(m.group(1)) for m in found.finditer(translation)}
-        translation = self._mend_halves(translation, marked)
-        marked = {int(m.group(1)) for m in found.finditer(translation)}
+        if half is not None:
+            translation = self._mend_halves(half, translation, marked)
         by_model: list[int] = []
         removed = 0
 
@@ -144,17 +149,11 @@ class Protected:
             text = self._put_back(text, index)
         return Restored(text, tuple(by_model), tuple(missing), removed)
 
-    def _mend_halves(self, translation: str, marked: set[int]) -> str:
-        """A marker the model wrote half of ("{0" or "0}", or "m0}" with its opening delimiter
-        turned into a letter, as the en-de model did) becomes the whole marker, when no whole
-        one holds that number: the item then goes where the model put it, and no fragment is
-        left in the text."""
-        parts = self.marker.replace("%%", "\0").split("%d")
-        before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
-        if not before or not after:
-            return translation  # a marker without both delimiters has no halves
-        half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"  # opened, never closed
-                             rf"|(?<!\w|{before}\s*)[^\W\d_]?(\d+)\s*{after}")  # closed only
+    def _mend_halves(self, half: regex.Pattern, translation: str, marked: set[int]) -> str:
+        """A marker the model wrote half of (``half``; "m0}" is how the en-de model wrote
+        "{0}") becomes the whole marker, when no whole one holds that number, and its number
+        joins ``marked``: the item then goes where the model put it, and no fragment is left
+        in the text."""
 
         def mend(match: regex.Match) -> str:
             index = int(match.group(1) or match.group(2))

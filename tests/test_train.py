@@ -262,6 +262,25 @@ def test_init_from_continues_a_checkpoint_with_a_fresh_optimiser(make_train_conf
               init_from=tmp_path / "alien.pt")
 
 
+def test_init_from_may_change_dropout_but_not_the_shape(make_train_config):
+    """A continuation may train with another dropout (a recipe comparison from the same weights);
+    weights of another shape are refused by name, not loaded half."""
+    common = ("train.warmup_steps=4", "train.checkpoint_every=2")
+    first = make_train_config(*common, "train.max_steps=2", out="first")
+    train(first)
+    source = Path(first.train.out_dir) / "checkpoint_last.pt"
+
+    wetter = make_train_config(*common, "train.max_steps=4", "model.dropout=0.3", out="wetter")
+    assert train(wetter, init_from=source)["step"] == 4
+    ended = load_checkpoint(Path(wetter.train.out_dir) / "checkpoint_last.pt")
+    assert ended["model_config"]["dropout"] == 0.3
+
+    wider = make_train_config(*common, "train.max_steps=4",
+                              f"model.d_ff={first.model.d_ff * 2}", out="wider")
+    with pytest.raises(ValueError, match="was trained with model config"):
+        train(wider, init_from=source)
+
+
 def test_max_minutes_stops_with_a_checkpoint(make_train_config):
     config = make_train_config("train.max_steps=1000", "train.max_minutes=0.0001")
     result = train(config)

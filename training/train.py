@@ -63,6 +63,12 @@ REWARM_STEPS = 200
 # Pieces of the loop
 
 
+def _shape(model_config: dict[str, Any]) -> dict[str, Any]:
+    """A model config without its training-only settings: a run may continue another's weights
+    with a different dropout (the recipe comparisons in docs/en-de-baseline.md do)."""
+    return {key: value for key, value in model_config.items() if key != "dropout"}
+
+
 def init_model(config: Config) -> Transformer:
     """The model every rank starts from: parameters drawn from ``config.train.seed``."""
     torch.manual_seed(config.train.seed)
@@ -407,7 +413,8 @@ def _train(config: Config, resume: bool, init_from: str | Path | None,
         ckpt = load_checkpoint(init_from)
         _check_same_vocab(Path(ckpt["vocab"]), vocab_path)
         restart = ckpt["step"]
-    if ckpt is not None and ckpt["model_config"] != dataclasses.asdict(config.model):
+    shape = _shape(dataclasses.asdict(config.model))
+    if ckpt is not None and _shape(ckpt["model_config"]) != shape:
         raise ValueError(f"{init_from or last_path} was trained with model config "
                          f"{ckpt['model_config']}, not {dataclasses.asdict(config.model)}")
     lr_factor = functools.partial(restarted_factor, warmup=tc.warmup_steps, restart=restart,

@@ -1,11 +1,12 @@
 """The committed configs: each loads, and each ablation differs from the config it was measured
-against (en-de-v1.toml, the default until the corpus grew) in one thing (its source weights,
-its filters or its model) and its output directories, so a result measured with it speaks about
-that one thing."""
+against (its ``base`` when it names one, else en-de-v1.toml, the default until the corpus grew)
+in one thing (its source weights, its filters or its model) and its output directories, so a
+result measured with it speaks about that one thing."""
 
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ def test_every_committed_config_loads(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ABLATIONS, ids=lambda p: p.name)
 def test_an_ablation_changes_one_thing(path: Path) -> None:
-    default, ablation = load_config(CONFIGS / "en-de-v1.toml"), load_config(path)
+    base = tomllib.loads(path.read_text(encoding="utf-8")).get("base")
+    measured_against = path.parent / base if base else CONFIGS / "en-de-v1.toml"
+    default, ablation = load_config(measured_against), load_config(path)
     assert [s.path for s in ablation.data.sources] == [s.path for s in default.data.sources]
     changed = {
         "weights": [s.weight for s in ablation.data.sources]

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from training.config import load_config  # noqa: E402
+from training.corpus import read_tsv  # noqa: E402
 
 ENOUGH = 100  # Gowda and May's threshold of training examples per class
 
@@ -71,14 +72,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N lines of train")
     args = parser.parse_args()
     model = load_config(args.config).model
-    sources, targets = [], []
-    with open(args.train_tsv, encoding="utf-8") as tsv:
-        for number, line in enumerate(tsv):
-            if args.limit and number >= args.limit:
-                break
-            source, _, target = line.rstrip("\n").partition("\t")
-            sources.append(source)
-            targets.append(target)
+    pairs = read_tsv(args.train_tsv)[: args.limit or None]
+    sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
     print(f"{len(targets):,} pairs of {args.train_tsv}; decoder {model.decoder_layers} layers, "
           f"d_model {model.d_model}, d_ff {model.d_ff}")
     print(f"| vocabulary | pieces | target pieces / sentence | source pieces / sentence "

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
 
 from service import search
+from service.cache import BatchCache
 from service.search import DecodeOptions, Sentence, Translation
-
-if TYPE_CHECKING:
-    from service.engine import Engine
+from service.vocabulary import Vocabulary
 
 # The encoder's outputs: cross keys, cross values, source mask, cross_last (service.bundle).
 Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -32,6 +31,25 @@ Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 class SourceTooLong(ValueError):
     """A sentence needs more source positions than the model has; split it first."""
+
+
+class Model(Protocol):
+    """What a batch needs of the model it decodes with (``service.engine.Engine``): its graphs,
+    its cache buffers and its special tokens. Named here so that the batch does not import the
+    engine that builds it."""
+
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    vocabulary: Vocabulary
+
+    def new_cache(self) -> BatchCache: ...
+
+    def run_encoder(self, src_tokens: np.ndarray) -> Encoded: ...
+
+    def decoder_for(self, rows: int) -> ort.InferenceSession: ...
+
+    def run_decoder(self, session: ort.InferenceSession, binding: ort.IOBinding) -> None: ...
 
 
 
@@ -71,7 +89,7 @@ class DecodeBatch:
     """Rows decoded together. ``add`` queues a sentence (encoded at the next step), ``step``
     runs one decoder step for every row and returns the sentences that finished."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Model):
         self.engine = engine
         self.sentences: list[Sentence | Hole] = []  # in row order
         self.waiting: list[Sentence] = []

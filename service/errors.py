@@ -120,31 +120,43 @@ def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
     return ApiError(422, code, "; ".join(messages), field)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, shapes: Mapping[str, str] | None = None) -> None:
+    """Errors raised outside a route's own handling (unknown routes, wrong methods, bugs) in
+    the error shape of the API whose path they are under: ``shapes`` maps a path prefix to
+    the one key of that API's error object (``{"error": ...}``, ``{"message": ...}``); other
+    paths get the service's own shape."""
+    shapes = dict(shapes or {})
+
+    def respond(request: Request, error: ApiError) -> JSONResponse:
+        path = request.url.path
+        for prefix, key in shapes.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return JSONResponse({key: error.message}, error.status, headers=error.headers)
+        return error_response(error)
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc)
+        return respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(from_validation_errors(exc.errors()))
+        return respond(request, from_validation_errors(exc.errors()))
 
     @app.exception_handler(ValidationError)
     async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
-        return error_response(from_validation_errors(exc.errors()))
+        return respond(request, from_validation_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        error = ApiError(exc.status_code, code, message, headers=exc.headers)
-        return error_response(error)
+        return respond(request, ApiError(exc.status_code, code, message, headers=exc.headers))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Reached only by bugs or engine failures, never by bad input: those are ApiErrors.
+        # Reached only by bugs or engine failures, never by bad input: those are refused.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(ApiError(500, "internal_error", "Internal server error."))
+        return respond(request, ApiError(500, "internal_error", "Internal server error."))
 
 
 class CancelledRequestMiddleware:

@@ -25,7 +25,6 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import deepl, libretranslate
 from service.api.native import router
-from service.api.shared import ServiceState
 from service.connections import (
     BodyDeadlineMiddleware,
     CloseWhenStoppingMiddleware,
@@ -37,6 +36,7 @@ from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.settings import Settings, settings_from_args
+from service.state import ServiceState
 from service.translator import Translator, pair_label
 
 log = logging.getLogger("service")
@@ -91,7 +91,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
-    install_error_handlers(app)
+    shapes = {libretranslate.PREFIX: "error", **dict.fromkeys(deepl.PREFIXES, "message")}
+    install_error_handlers(app, shapes)
     app.include_router(router)
     app.include_router(libretranslate.router)
     app.include_router(deepl.router)

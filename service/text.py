@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from service.normalize import clean_text
+
 TokenCounter = Callable[[str], int]
 
 _TERMINALS = ".!?…"
@@ -112,6 +114,22 @@ def split_sentences(text: str) -> Segmented:
         pieces.append(text[position:])
         pending = ""
     separators.append(pending)
+    return _without_empty(Segmented(tuple(pieces), tuple(separators)))
+
+
+def _without_empty(segmented: Segmented) -> Segmented:
+    """Pieces that clean to nothing (control characters, zero-width spaces, a lone BOM) joined
+    to the layout around them: the model given an empty sentence invents a word."""
+    if all(piece.isascii() and piece.isprintable() for piece in segmented.pieces):
+        return segmented  # the common case: a piece of printable ASCII has a visible character
+    pieces: list[str] = []
+    separators = [segmented.separators[0]]
+    for piece, after in zip(segmented.pieces, segmented.separators[1:], strict=True):
+        if clean_text(piece):
+            pieces.append(piece)
+            separators.append(after)
+        else:
+            separators[-1] += piece + after
     return Segmented(tuple(pieces), tuple(separators))
 
 

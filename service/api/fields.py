@@ -3,52 +3,49 @@ JSON, form-encoded or query parameters, and a list as a repeated form field."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import Request
-from fastapi.responses import JSONResponse
+import pydantic_core
+from starlette.datastructures import Headers, QueryParams
 
-from service.api.shared import body_limit, read_body
-from service.settings import Settings
-
-
-class CompatError(Exception):
-    """A refusal in a compatible API's own error shape: ``{field: message}`` with its status
-    code; each API names ``field`` (LibreTranslate "error", DeepL "message")."""
-
-    field = "error"
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({self.field: str(self)}, self.status, headers=self.headers)
+from service.pipeline import PipelineError
 
 
-class BadFields(ValueError):
-    """The body cannot be read as fields; the message says why."""
-
-
-async def request_fields(request: Request, settings: Settings, repeated: str) -> dict[str, Any]:
+def compat_fields(body: bytes, headers: Headers, query: QueryParams, repeated: str,
+                  ) -> dict[str, Any]:
     """The query's fields, then a JSON body's or else a form body's, in which the field
-    ``repeated`` is a list when given more than once."""
-    body = await read_body(request, body_limit(settings))
-    fields: dict[str, Any] = dict(request.query_params)
-    if request.headers.get("content-type", "").startswith("application/json"):
+    ``repeated`` is a list when given more than once. Malformed bodies (bad UTF-8, lone
+    surrogates, nesting deeper than the parser's limit) are ``PipelineError``s."""
+    fields: dict[str, Any] = dict(query)
+    if headers.get("content-type", "").startswith("application/json"):
         try:
-            parsed = json.loads(body or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise BadFields("Invalid JSON format") from None
+            # The Rust parser refuses lone surrogates and caps nesting, where json.loads
+            # returns unencodable strings and raises RecursionError.
+            parsed = pydantic_core.from_json(body or b"{}")
+        except ValueError as exc:
+            raise PipelineError("invalid_json", f"Invalid JSON format: {exc}") from None
         if not isinstance(parsed, dict):
-            raise BadFields("Invalid JSON format: expected an object")
+            raise PipelineError("invalid_json", "Invalid JSON format: expected an object")
         fields.update(parsed)
     elif body:
         try:
-            form = parse_qs(body.decode("utf-8"), keep_blank_values=True)
-        except UnicodeDecodeError:
-            raise BadFields("Invalid request: the body is not UTF-8") from None
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PipelineError("invalid_encoding",
+                                f"The body is not UTF-8 (byte {exc.start}).") from None
+        try:
+            form = parse_qs(text, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:  # a percent-escaped byte that is not UTF-8
+            raise PipelineError("invalid_encoding", "A form field is not UTF-8.") from None
         fields.update({k: v if k == repeated and len(v) > 1 else v[-1] for k, v in form.items()})
     return fields
+
+
+def text_list(value: Any, name: str) -> list[str]:
+    """A field that holds one string or a list of strings, as a list."""
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in values):
+        raise PipelineError("invalid_field", f"{name} must be a string or a list of strings",
+                            name)
+    return values

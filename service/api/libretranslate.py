@@ -1,43 +1,35 @@
 """LibreTranslate's API under ``/libretranslate`` (a client's base URL is
-``http://host:8000/libretranslate``): a thin adapter from its request and response shapes to
-``Translator.translate``.
+``http://host:8000/libretranslate``): its request shapes parsed into the pipeline's request
+(``service.pipeline``), its answers and error shape rendered, nothing else.
 
 Field for field as LibreTranslate answers (its ``app.py``): ``POST /translate`` takes ``q`` (a
 string or a list), ``source`` (a code or ``auto``), ``target``, ``format`` (``text`` or
 ``html``), ``alternatives`` and ``api_key`` from a JSON, form-encoded or query body, and
 answers ``translatedText`` (a string or a list, as ``q`` was), ``alternatives`` when asked for
 and ``detectedLanguage`` (``{confidence: 0-100, language}``, a list for a list) when the source
-was ``auto``. Errors are ``{"error": message}`` with its status codes: 400 for a bad request,
-403 for a wrong key, 429 ("Slowdown: ...") when the queue is full or a client over its limits.
-Multipart bodies (file translation) are not supported. ``auto`` and ``/detect`` detect the
-language among those the loaded bundles translate from (``service.detect``).
+was ``auto``. Errors are ``{"error": message}`` with its status codes (``LIBRETRANSLATE``): 400
+for a bad request, 403 for a wrong key, 429 ("Slowdown: ...") when the queue is full or a
+client over its limits. Multipart bodies (file translation) are not supported. ``auto`` and
+``/detect`` detect the language among those the loaded bundles translate from
+(``service.detect``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.api.fields import BadFields, CompatError, request_fields
-from service.api.shared import (
-    ServiceState,
-    check_texts,
-    request_id_of,
-    require_ready,
-    scheduler_error,
-    take_rate,
-    unless_disconnected,
-)
-from service.errors import ApiError
-from service.scheduler import SchedulerError
-from service.translator import InvalidOption, Pair, TranslateOptions, fixed_options
+from service import pipeline
+from service.api.fields import compat_fields, text_list
+from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
+from service.pipeline import PipelineError, PipelineRequest, check_key, read_body, require_ready
+from service.state import ServiceState
+from service.translator import TranslateOptions
 
-router = APIRouter(prefix="/libretranslate", tags=["LibreTranslate-compatible"])
+PREFIX = "/libretranslate"
+router = APIRouter(prefix=PREFIX, tags=["LibreTranslate-compatible"])
 
 # English names of the languages bundles commonly serve; any other code names itself.
 LANGUAGE_NAMES = {
@@ -50,134 +42,82 @@ LANGUAGE_NAMES = {
     "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }
 
-
-class LibreTranslateError(CompatError):
-    """An answer in LibreTranslate's error shape."""
-
-    field = "error"
-
-
-def _from_api_error(exc: ApiError) -> LibreTranslateError:
-    """Our own refusals in LibreTranslate's words and codes."""
-    if exc.status == 429:
-        return LibreTranslateError(429, f"Slowdown: {exc.message}", exc.headers)
-    status = 400 if exc.status in (413, 422) else exc.status
-    return LibreTranslateError(status, exc.message, exc.headers)
-
-
-async def _fields(request: Request, state: ServiceState) -> dict[str, Any]:
-    try:
-        return await request_fields(request, state.settings, repeated="q")
-    except BadFields as exc:
-        raise LibreTranslateError(400, str(exc)) from None
+_SLOWDOWN = "Slowdown: {message}"
+LIBRETRANSLATE: dict[str, Reply] = {
+    **{code: Reply(400, "Invalid request: {message}") for code in MALFORMED},
+    "invalid_field": Reply(400),
+    "missing_key": Reply(400, "Please contact the server operator to get an API key"),
+    "invalid_key": Reply(403, "Invalid API key"),
+    "body_too_large": Reply(413),
+    **{code: Reply(400, "Invalid request: {message}") for code in (
+        "too_many_texts", "text_too_long", "too_many_characters", "too_many_sentences")},
+    "unsupported_language_pair": Reply(400, "{value} is not supported"),
+    "ambiguous_language_pair": Reply(400),
+    "over_rate_limit": Reply(400, "Invalid request: {message}"),
+    "rate_limited": Reply(429, _SLOWDOWN),
+    "queue_full": Reply(429, _SLOWDOWN),
+    "quota_exceeded": Reply(403),
+    **SERVICE_SIDE,
+}
 
 
-def _check_key(state: ServiceState, fields: dict[str, Any]) -> str:
-    """The body's ``api_key``, checked against API_KEYS when set: whom the rate limits count."""
-    keys = state.settings.api_keys
-    given = str(fields.get("api_key") or "")
-    if not keys:
-        return given
-    if not given:
-        raise LibreTranslateError(400, "Please contact the server operator to get an API key")
-    if not any([hmac.compare_digest(given.encode(), key.encode()) for key in keys]):
-        raise LibreTranslateError(403, "Invalid API key")
-    return given
+def error_response(error: PipelineError) -> JSONResponse:
+    return message_response(LIBRETRANSLATE, error, "error")
 
 
 def _name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def _detect(state: ServiceState, texts: Sequence[str], candidates: list[str],
-            ) -> tuple[str, float]:
-    """(language, confidence 0-100) among ``candidates``; text with no letters gets the first
-    candidate with confidence 0, as LibreTranslate answers it."""
-    ranked = state.detect_languages(texts, candidates)
-    if not ranked:
-        return candidates[0], 0.0
-    language, confidence = ranked[0]
-    return language, round(100 * confidence, 2)
-
-
-def _pair(state: ServiceState, source: str, target: str, texts: Sequence[str],
-          ) -> tuple[Pair, dict[str, Any] | None]:
-    """The loaded pair a request means and, for ``auto``, LibreTranslate's detectedLanguage."""
-    target = target.strip().lower()
-    sources = sorted({s for s, t in state.engines if t == target})
-    if not sources:
-        raise LibreTranslateError(400, f"{target} is not supported")
-    if source.strip().lower() == "auto":
-        language, confidence = _detect(state, texts, sources)
-        return (language, target), {"confidence": confidence, "language": language}
-    source = source.strip().lower()
-    if (source, target) not in state.engines:
-        if not any(s == source for s, _ in state.engines):
-            raise LibreTranslateError(400, f"{source} is not supported")
-        raise LibreTranslateError(400, f"{target} is not available as a target language "
-                                       f"from {source}")
-    return (source, target), None
+def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
+    for name in ("q", "source", "target"):
+        if not fields.get(name):
+            raise PipelineError("missing_field", f"missing {name} parameter", name)
+    q = fields["q"]
+    texts = text_list(q, "q")
+    text_format = str(fields.get("format") or "text")
+    if text_format not in ("text", "html"):
+        raise PipelineError("invalid_field", f"{text_format} format is not supported", "format")
+    try:
+        alternatives = max(0, int(fields.get("alternatives") or 0))
+    except (TypeError, ValueError):
+        raise PipelineError("invalid_field", "Invalid request: alternatives parameter is not "
+                            "a number", "alternatives") from None
+    source = str(fields["source"])
+    return PipelineRequest(
+        texts, TranslateOptions(num_alternatives=alternatives, format=text_format),
+        source=source, target=str(fields["target"]), detect=source.strip().lower() == "auto",
+        key=str(fields.get("api_key") or ""), single=not isinstance(q, list))
 
 
 @router.post("/translate")
 async def translate(request: Request) -> JSONResponse:
     """LibreTranslate's ``POST /translate``."""
     state: ServiceState = request.app.state.service
-    try:
-        return await _translate(request, state)
-    except LibreTranslateError as exc:
-        return exc.response()
-    except ApiError as exc:
-        return _from_api_error(exc).response()
+    batch = False
 
+    def parse(body: bytes) -> PipelineRequest:
+        nonlocal batch
+        parsed = _translate_request(compat_fields(body, request.headers,
+                                                  request.query_params, "q"))
+        batch = not parsed.single
+        return parsed
 
-async def _translate(request: Request, state: ServiceState) -> JSONResponse:
-    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
-    fields = await _fields(request, state)
-    api_key = _check_key(state, fields)
-    q = fields.get("q")
-    for name in ("q", "source", "target"):
-        if not fields.get(name):
-            raise LibreTranslateError(400, f"Invalid request: missing {name} parameter")
-    batch = isinstance(q, list)
-    texts = q if batch else [q]
-    if not all(isinstance(text, str) for text in texts):
-        raise LibreTranslateError(400, "Invalid request: q must be a string or a list of "
-                                       "strings")
-    text_format = fields.get("format") or "text"
-    if text_format not in ("text", "html"):
-        raise LibreTranslateError(400, f"{text_format} format is not supported")
     try:
-        alternatives = max(0, int(fields.get("alternatives") or 0))
-    except (TypeError, ValueError):
-        raise LibreTranslateError(
-            400, "Invalid request: alternatives parameter is not a number") from None
-    settings = state.settings
-    check_texts(texts, not batch, settings)
-    options = TranslateOptions(num_alternatives=alternatives, format=text_format)
-    try:
-        fixed_options(options, settings)
-    except InvalidOption as exc:
-        raise LibreTranslateError(400, f"Invalid request: {exc}") from None
-    require_ready(state)
-    pair, detected = _pair(state, str(fields["source"]), str(fields["target"]), texts)
-    take_rate(state, request, sum(map(len, texts)), api_key)
-    assert state.translator is not None  # ready implies a translator
-    work = state.translator.translate(texts, pair, options, deadline=deadline,
-                                      request_id=request_id_of(request))
-    try:
-        results = await unless_disconnected(request, work)
-    except SchedulerError as exc:
-        raise _from_api_error(scheduler_error(exc)) from None
-    translated = [result.text for result in results]
-    others = [[text for text, _ in result.alternatives or [] if text != result.text]
-              for result in results]
-    answer: dict[str, Any] = {"translatedText": translated if batch else translated[0]}
-    if detected is not None:
-        answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
-    if alternatives:
-        answer["alternatives"] = others if batch else others[0]
-    return JSONResponse(answer)
+        answer = await pipeline.translate(state, request, parse)
+    except PipelineError as exc:
+        return error_response(exc)
+    translated = [result.text for result in answer.results]
+    body: dict[str, Any] = {"translatedText": translated if batch else translated[0]}
+    if answer.detected is not None:
+        language, confidence = answer.detected
+        detected = {"confidence": round(100 * confidence, 2), "language": language}
+        body["detectedLanguage"] = [detected] * len(translated) if batch else detected
+    if any(result.alternatives is not None for result in answer.results):
+        others = [[text for text, _ in result.alternatives or [] if text != result.text]
+                  for result in answer.results]
+        body["alternatives"] = others if batch else others[0]
+    return JSONResponse(body)
 
 
 @router.get("/languages")
@@ -197,21 +137,35 @@ async def detect(request: Request) -> JSONResponse:
     among the languages the loaded bundles translate from."""
     state: ServiceState = request.app.state.service
     try:
-        fields = await _fields(request, state)
-        _check_key(state, fields)
-        q = fields.get("q")
-        if not q:
-            raise LibreTranslateError(400, "Invalid request: missing q parameter")
-        texts = q if isinstance(q, list) else [q]
+        fields = compat_fields(await read_body(request, state.settings), request.headers,
+                               request.query_params, "q")
+        check_key(state.settings, str(fields.get("api_key") or ""))
+        if not fields.get("q"):
+            raise PipelineError("missing_field", "missing q parameter", "q")
+        texts = text_list(fields["q"], "q")
         require_ready(state)
         candidates = sorted({source for source, _ in state.engines})
         ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
-        return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
-                             for language, confidence in ranked])
-    except LibreTranslateError as exc:
-        return exc.response()
-    except ApiError as exc:
-        return _from_api_error(exc).response()
+    except PipelineError as exc:
+        return error_response(exc)
+    return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
+                         for language, confidence in ranked])
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    """LibreTranslate's ``GET /health``: 200 ``{"status": "ok"}`` while the process serves."""
+    state: ServiceState = request.app.state.service
+    if state.phase == "failed":
+        return error_response(PipelineError("load_failed", "Loading the models failed."))
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/spec")
+async def spec(request: Request) -> JSONResponse:
+    """LibreTranslate's ``GET /spec``: an OpenAPI description of the API; here the service's
+    whole OpenAPI document, in which these routes are tagged LibreTranslate-compatible."""
+    return JSONResponse(request.app.openapi())
 
 
 @router.get("/frontend/settings")

@@ -1,0 +1,361 @@
+"""The one path every API's request takes, whatever its shape.
+
+An API module parses its request shape into a ``PipelineRequest`` and calls ``translate``,
+which decides, once and in this order: the key, the text limits, the options, the language
+pair (detecting the source when asked), the rate and usage limits, readiness and admission,
+then the Translator under the request's deadline, abandoned if the client hangs up. Every
+refusal or failure is a ``PipelineError`` with a stable ``code``; each API renders it through
+its own table of codes (status and wording in that API's error shape). So the same situation
+gets the same decision in every API, and only the words differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from fastapi import Request
+
+from service.ratelimit import OverCharLimit, RateLimited
+from service.scheduler import (
+    DeadlineExceeded,
+    QueueFull,
+    RequestTooLarge,
+    SchedulerError,
+    SchedulerFailed,
+    ShuttingDown,
+    TranslationFailed,
+    WorkerRestarted,
+)
+from service.settings import Settings
+from service.state import ServiceState
+from service.translator import InvalidOption, Pair, TextResult, TranslateOptions, fixed_options
+
+T = TypeVar("T")
+DEFAULT_PAIR: Pair = ("en", "de")  # the tie-breaker when several loaded pairs would fit
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's X-Request-ID we log as is
+# Ids made here: the process and a count, unique across replicas of the service without the
+# ~7 us of a uuid4.
+_ID_PREFIX = f"{os.getpid():x}-{int(time.time()):x}-"
+_request_ids = itertools.count(1)
+
+
+class PipelineError(Exception):
+    """A request answered without a translation. ``code`` is what the APIs' tables map to a
+    status; ``field`` names the request field at fault in the service's own terms (``text``,
+    ``text[3]``, ``target_lang``), ``value`` the value at fault where the API's wording
+    quotes it, ``retry_after`` the seconds to wait when waiting helps."""
+
+    def __init__(self, code: str, message: str, field: str | None = None, *,
+                 value: str | None = None, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.value = value
+        self.retry_after = retry_after
+        self.request_id = ""
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    """A translation request in no API's shape. ``source`` None is inferred from the loaded
+    pairs; ``detect`` detects it instead (among the languages translated into ``target``).
+    ``key`` is the API key the client sent in the body, for APIs that carry it there."""
+
+    texts: list[str]
+    options: TranslateOptions
+    source: str | None = None
+    target: str | None = None
+    detect: bool = False
+    key: str = ""
+    single: bool = False  # one text sent as a string: its field is "text", not "text[0]"
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    results: list[TextResult]  # one per text, in order
+    pair: Pair
+    detected: tuple[str, float] | None  # (language, confidence 0-1) when the source was detected
+    request_id: str
+
+
+def request_id_of(request: Request) -> str:
+    """The client's X-Request-ID when it is a plain token, else a new one: the logs of a
+    failure name it, and so does the error response."""
+    given = request.headers.get("x-request-id")
+    if given and _REQUEST_ID.fullmatch(given):
+        return given
+    return f"{_ID_PREFIX}{next(_request_ids):x}"
+
+
+def body_limit(settings: Settings) -> int:
+    # The largest body a valid request can be: every char JSON-escaped at worst (12 bytes for
+    # a surrogate pair), plus room for the other fields. Anything larger is refused unread.
+    return settings.max_texts * (settings.max_chars * 12 + 8) + 4096
+
+
+async def read_body(request: Request, settings: Settings) -> bytes:
+    """The request's body, refused unread past ``body_limit``."""
+    limit = body_limit(settings)
+    too_large = PipelineError("body_too_large", f"Request body exceeds {limit} bytes.")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_key(settings: Settings, key: str) -> None:
+    """``key`` against API_KEYS, when any are set."""
+    if not settings.api_keys:
+        return
+    if not key:
+        raise PipelineError("missing_key", "Missing API key.")
+    # compare_digest against every key: the time taken says nothing about which key is close.
+    if not any([hmac.compare_digest(key.encode(), k.encode()) for k in settings.api_keys]):
+        raise PipelineError("invalid_key", "Invalid API key.")
+
+
+def check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
+    if len(texts) > settings.max_texts:
+        raise PipelineError(
+            "too_many_texts",
+            f"{len(texts)} texts; at most {settings.max_texts} per request (MAX_TEXTS).",
+            "text",
+        )
+    for index, text in enumerate(texts):
+        if len(text) > settings.max_chars:
+            raise PipelineError(
+                "text_too_long",
+                f"{len(text)} characters; at most {settings.max_chars} per text (MAX_CHARS).",
+                "text" if single else f"text[{index}]",
+            )
+    total = sum(map(len, texts))
+    if total > settings.max_request_chars:
+        raise PipelineError(
+            "too_many_characters",
+            f"{total} characters; at most {settings.max_request_chars} per request "
+            "(MAX_REQUEST_CHARS). Send the texts in several requests.",
+            "text",
+        )
+
+
+def check_options(options: TranslateOptions, settings: Settings) -> None:
+    """The options within the limits, refused before any other work."""
+    try:
+        fixed_options(options, settings)
+    except InvalidOption as exc:
+        raise PipelineError("invalid_field", str(exc), exc.field) from None
+    if options.format == "html" and (options.num_alternatives or options.return_scores):
+        # A document's segments are translated apart: it has no one score or alternative.
+        field = "num_alternatives" if options.num_alternatives else "return_scores"
+        raise PipelineError("invalid_field", f"{field} is not available with format html.",
+                            field)
+
+
+def require_ready(state: ServiceState) -> None:
+    if state.phase == "ready" and state.scheduler is not None and state.scheduler.accepting:
+        return
+    if state.phase == "failed":
+        raise PipelineError("load_failed", f"Loading the models failed: {state.error}")
+    if state.phase == "loading":
+        raise PipelineError("not_ready", "Models are still loading.", retry_after=5)
+    if state.phase == "ready":  # yet the scheduler refuses: its thread died
+        raise PipelineError("unavailable", "The translation worker failed; restart the service.",
+                            retry_after=5)
+    raise PipelineError("shutting_down", "The service is shutting down.", retry_after=5)
+
+
+def _code(language: str | None) -> str | None:
+    return language.strip().lower() or None if language is not None else None
+
+
+def resolve_pair(state: ServiceState, request: PipelineRequest,
+                 ) -> tuple[Pair, tuple[str, float] | None]:
+    """The loaded pair a request means, and the detected source with its confidence when it
+    was detected. Omitted languages are inferred when only one loaded pair fits, and default
+    to en and de when several do."""
+    engines = state.engines
+    source, target = _code(request.source), _code(request.target)
+    detect = request.detect or source == "auto"
+    if source == "auto":
+        source = None
+    fits = [pair for pair in engines
+            if (source is None or pair[0] == source) and (target is None or pair[1] == target)]
+    detected = None
+    sources = sorted({pair[0] for pair in fits})
+    if detect and sources:
+        ranked = state.detect_languages(request.texts, sources)
+        # Text with no letters: the first candidate with no confidence, as LibreTranslate does.
+        detected = ranked[0] if ranked else (sources[0], 0.0)
+        fits = [pair for pair in fits if pair[0] == detected[0]]
+    if len(fits) > 1:
+        wanted = (source or DEFAULT_PAIR[0], target or DEFAULT_PAIR[1])
+        fits = [pair for pair in fits if pair == wanted] or fits
+    if len(fits) == 1:
+        return fits[0], detected
+    loaded = ", ".join(f"{s}-{t}" for s, t in sorted(engines)) or "none yet"
+    if fits:
+        raise PipelineError(
+            "ambiguous_language_pair",
+            f"Several loaded pairs fit; give source_lang and target_lang. Loaded: {loaded}.",
+            "target_lang" if target is None else "source_lang",
+        )
+    known_source = source is None or any(pair[0] == source for pair in engines)
+    known_target = target is None or any(pair[1] == target for pair in engines)
+    field, value = ("source_lang", source) if not known_source else ("target_lang", target)
+    if known_source and known_target:  # both served, not together
+        value = f"{source}-{target}"
+    raise PipelineError(
+        "unsupported_language_pair",
+        f"No model for {source or '*'} -> {target or '*'}. Loaded: {loaded}.",
+        field, value=value or "",
+    )
+
+
+def client_of(request: Request, settings: Settings, key: str) -> str:
+    """Whom the rate limits and usage count: the API key (already checked), else the client
+    address."""
+    if settings.api_keys:
+        return "key:" + key
+    return "addr:" + (request.client.host if request.client else "")
+
+
+def take_rate(state: ServiceState, client: str, chars: int) -> None:
+    """Count a request of ``chars`` characters against its client's limits, or refuse it."""
+    settings = state.settings
+    quota = settings.usage_limit_chars
+    if quota and state.usage.count(client) + chars > quota:
+        raise PipelineError("quota_exceeded", f"Quota exceeded: at most {quota} characters "
+                            "per key (USAGE_LIMIT_CHARS).")
+    if not state.limiter.enabled:
+        return
+    try:
+        state.limiter.take(client, chars)
+    except OverCharLimit as exc:
+        raise PipelineError(
+            "over_rate_limit",
+            f"{exc.chars} characters; at most {exc.limit} per minute (CHARS_PER_MINUTE).",
+            "text",
+        ) from None
+    except RateLimited as exc:
+        raise PipelineError(
+            "rate_limited",
+            f"Too many requests or characters; this client's {exc.limit} is exceeded.",
+            retry_after=exc.retry_after,
+        ) from None
+
+
+async def translate(state: ServiceState, http: Request,
+                    parse: Callable[[bytes], PipelineRequest], key: str | None = None,
+                    ) -> PipelineResult:
+    """A request through every check, in the module's order, then translated. ``parse`` reads
+    the API's request shape from the body; ``key`` is the API key when the API carries it in
+    a header (checked before the body is read), None when it comes in the body."""
+    request_id = request_id_of(http)
+    try:
+        return await _translate(state, http, parse, key, request_id)
+    except PipelineError as exc:
+        exc.request_id = request_id  # the logs name it, and so does the answer
+        raise
+
+
+async def _translate(state: ServiceState, http: Request,
+                     parse: Callable[[bytes], PipelineRequest], key: str | None,
+                     request_id: str) -> PipelineResult:
+    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
+    settings = state.settings
+    if key is not None:
+        check_key(settings, key)
+    request = parse(await read_body(http, settings))
+    if key is None:
+        key = request.key
+        check_key(settings, key)
+    check_texts(request.texts, request.single, settings)
+    check_options(request.options, settings)
+    require_ready(state)
+    pair, detected = resolve_pair(state, request)
+    client = client_of(http, settings, key)
+    characters = sum(map(len, request.texts))
+    take_rate(state, client, characters)
+    translator = state.translator
+    assert translator is not None  # ready implies a translator
+    work = translator.translate(request.texts, pair, request.options, deadline=deadline,
+                                request_id=request_id)
+    try:
+        results = await unless_disconnected(http, work)
+    except SchedulerError as exc:
+        raise scheduler_error(exc, request_id) from None
+    state.usage.add(client, characters)
+    return PipelineResult(results, pair, detected, request_id)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, abandoning it if the client hangs up first: a client that gave up (and
+    perhaps retries) must not keep its sentences in the batch until the deadline."""
+
+    async def disconnected() -> None:
+        # The body is read, so the next ASGI message can only be the disconnect.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()  # frees the request's rows in the scheduler
+    if task not in done:
+        raise PipelineError("client_closed_request", "The client closed the connection.")
+    return task.result()
+
+
+def scheduler_error(exc: SchedulerError, request_id: str = "") -> PipelineError:
+    """The pipeline's word for each of the scheduler's refusals and failures."""
+    if isinstance(exc, RequestTooLarge):
+        return PipelineError(
+            "too_many_sentences",
+            f"About {exc.sentences} sentences; at most {exc.limit} per request "
+            "(MAX_REQUEST_SENTENCES). Send the texts in several requests.",
+            "text",
+        )
+    if isinstance(exc, QueueFull):
+        return PipelineError("queue_full", "Too many sentences waiting; retry later.",
+                             retry_after=exc.retry_after)
+    if isinstance(exc, ShuttingDown):
+        return PipelineError("shutting_down", "The service is shutting down.", retry_after=5)
+    if isinstance(exc, SchedulerFailed):
+        return PipelineError("unavailable", "The translation workers failed.", retry_after=5)
+    if isinstance(exc, WorkerRestarted):
+        return PipelineError(
+            "worker_restarted",
+            "The worker translating this request failed and was restarted; retry.",
+            retry_after=1,
+        )
+    if isinstance(exc, TranslationFailed):
+        return PipelineError(
+            "translation_failed",
+            "A sentence of this request failed in the decoder, also when retried alone "
+            f"(request id {exc.request_id or request_id}).",
+        )
+    if isinstance(exc, DeadlineExceeded):
+        return PipelineError(
+            "timeout",
+            "The translation did not finish within the request timeout; it was abandoned.",
+        )
+    return PipelineError("internal_error", str(exc))

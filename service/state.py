@@ -1,0 +1,87 @@
+"""What the service holds while it runs: its settings, phase, Translator, limits and usage
+(``ServiceState``, on ``app.state.service``, filled by the lifespan in ``service.main``; routes
+read it through ``Depends(get_state)``), and the stop sequence's timing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from fastapi import Depends, Request
+
+from service.detect import LanguageDetector
+from service.engine import Engine
+from service.metrics import Metrics
+from service.ratelimit import RateLimiter, Usage
+from service.scheduler import Scheduler
+from service.settings import Settings
+from service.translator import Pair, Translator
+
+
+@dataclass
+class ServiceState:
+    settings: Settings
+    metrics: Metrics
+    phase: Literal["loading", "ready", "draining", "failed"] = "loading"
+    error: str | None = None
+    translator: Translator | None = None  # set once the models are loaded
+    shutdown_started: float | None = None  # time.monotonic() of the stop signal
+    drained: asyncio.Task[bool] | None = None
+    limiter: RateLimiter = field(init=False)
+    usage: Usage = field(default_factory=Usage)
+
+    def __post_init__(self) -> None:
+        self.limiter = RateLimiter(
+            self.settings.requests_per_minute, self.settings.chars_per_minute
+        )
+
+    @property
+    def engines(self) -> dict[Pair, Engine]:
+        """The loaded engines by pair; none while loading."""
+        return self.translator.engines if self.translator is not None else {}
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.translator.scheduler if self.translator is not None else None
+
+    def detect_languages(self, texts: Sequence[str], candidates: Sequence[str],
+                         ) -> list[tuple[str, float]]:
+        """(language, confidence 0-1) for each of ``candidates``, best first, over ``texts``
+        together; empty when they hold no letters (``service.detect``)."""
+        return LanguageDetector(candidates).detect("\n".join(texts))
+
+    def begin_shutdown(self) -> None:
+        """At the stop signal: /ready turns 503 so that load balancers stop sending; requests
+        are still served until ``start_draining``."""
+        if self.shutdown_started is None:
+            self.shutdown_started = time.monotonic()
+
+    def delay_left(self) -> float:
+        """What is left of SHUTDOWN_DELAY_S, counted from the stop signal."""
+        if self.shutdown_started is None:
+            return self.settings.shutdown_delay_s
+        elapsed = time.monotonic() - self.shutdown_started
+        return max(0.0, self.settings.shutdown_delay_s - elapsed)
+
+    def start_draining(self) -> asyncio.Task[bool] | None:
+        """From now on new requests get 503; accepted ones have SHUTDOWN_GRACE_S to finish, and
+        those still running then get 503. Once; the task says whether all finished."""
+        self.begin_shutdown()
+        if self.phase != "failed":
+            self.phase = "draining"
+        if self.drained is None and self.scheduler is not None:
+            drain = self.scheduler.drain(self.settings.shutdown_grace_s)
+            self.drained = asyncio.ensure_future(drain)
+        return self.drained
+
+
+# Dependencies are coroutines: FastAPI runs a plain ``def`` dependency in its thread pool, two
+# thread hops per request for what is an attribute read.
+async def get_state(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+State = Annotated[ServiceState, Depends(get_state)]

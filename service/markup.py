@@ -12,18 +12,28 @@ comments, unknown elements, anything left alone) is one segment, without its lea
 trailing whitespace. Inline elements (``<b>``, ``<a href>``, ``<em>``, ``<span>``, ...) stay in
 the segment as bare tags (``<a>``, ``</a>``, ``<img/>``): the model, trained on software
 strings, carries such tags through with the words they wrap. An inline element left alone
-(``<code>`` in a sentence) stays in as one ``<code/>``. The model reads characters, not
-entities ("Fish & chips"); each comes back spelled as the source spelled it (``_Spelling``).
+(``<code>`` in a sentence) stays in as one ``<code/>``. So does an inline element whose text
+is one untranslatable item (``service.placeholders``: a URL, ``@user@host``, ``#tag``,
+``:emoji:``), a link whose text is part of its own address ("example.com"), and an element
+marked as a handle (``HANDLE_CLASSES``): platforms cut such items with tags (Mastodon writes a
+link as ``<span class="invisible">https://</span><span>example.com/x</span>`` and a hashtag as
+``#<span>tag</span>``), and cut there neither the masking of items nor the model keeps them.
+The model reads characters, not entities ("Fish & chips"); each comes back spelled as the
+source spelled it (``_Spelling``).
 
 Putting tags back (``render``). The tags in a translation are matched to the segment's own
 in order (a longest common subsequence of their names and kinds), so every tag the model
 kept in order returns, with its original attributes, where the model put it. A tag the model
 dropped, moved out of order or mangled goes back by rule: an opening tag right after the
 tag before it, a closing one right before the tag after it (so the pair wraps at least the
-words between its neighbours), and a tag the model invented is removed. Hence the tags of
-the output are always exactly the input's, in the same order, and the output is as
-well-formed as the input; when the model reorders words, a pair wraps the words the model
-put inside it or, failing that, the span between its neighbours (possibly none: "<b></b>").
+words between its neighbours), a single tag that followed words right before the tag after
+it or else before the closing punctuation (where ``service.placeholders`` puts an item back),
+with the spaces it had; and a tag the model invented is removed. A tag the model broke
+("https://span>" for "https://</span>", "</b") is first written whole again, so that no piece
+of it is left to show as text. Hence the tags of the output are always exactly the input's,
+in the same order, and the output is as well-formed as the input; when the model reorders
+words, a pair wraps the words the model put inside it or, failing that, the span between its
+neighbours (possibly none: "<b></b>").
 Whitespace inside a segment (line breaks in a paragraph's source) is the caller's to treat
 as spaces when it cuts sentences.
 
@@ -49,6 +59,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from service.placeholders import is_untranslatable
+
 INLINE = frozenset({
     "a", "abbr", "acronym", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em",
     "font", "i", "img", "ins", "label", "mark", "q", "s", "small", "span", "strike", "strong",
@@ -61,6 +73,14 @@ VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr"
 })
+# Classes that mark an inline element as a handle, whatever its text: mentions and hashtags of
+# Mastodon, Pleroma and Misskey, Discourse's "hashtag-cooked" (whose text is a bare "dev"),
+# the microformat card around a mention.
+HANDLE_CLASSES = frozenset({"mention", "hashtag", "hashtag-cooked", "mention-group", "h-card"})
+# An element of more events than this (tags and texts) or more characters is never one
+# untranslatable item (Mastodon's link is 10 events).
+_ITEM_EVENTS = 32
+_ITEM_CHARS = 500
 # What a tag looks like in a translation: "<b>", "</ b>", "<img/>", '<a href="x">' (the model
 # invents attributes), also in source text.
 _TAG = re.compile(
@@ -73,6 +93,9 @@ _ATTRIBUTE = re.compile(
 # Where an attribute value to translate goes (the fragment holds no NUL, else none is taken).
 _VALUE_MARK = "\x00%d\x00"
 _VALUE = re.compile("\x00([0-9]+)\x00")
+# Where a translation's closing punctuation starts: a single tag dropped after words goes
+# back before it, as ``service.placeholders`` puts an item back.
+_CLOSING = re.compile(r"[\s.!?\u2026:;\u3002\uff01\uff1f\"'\u201d\u2019\u00bb)\]]*$")
 _ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);?")
 
 
@@ -180,40 +203,116 @@ class _Segment:
         """The translation with the source's tags; how many the model placed, how many
         went back by rule."""
         tags = self.tags
+        source = "".join(p for p in self.pieces if isinstance(p, str))
+        translation = _repaired(translation, {tag.key[1] for tag in tags}, source)
         found = list(_TAG.finditer(translation))
         kept = _common([_key(m) for m in found], [t.key for t in tags])  # tag -> found
-        # The translation without its tags, and where each found tag sat in it. A tag of the
-        # model's own between two spaces goes with one of them.
-        matched = set(kept.values())
-        pieces, at, removed, start = [], [], 0, 0
-        for index, m in enumerate(found):
-            end = m.end()
-            if index not in matched and translation[m.start() - 1 : m.start()] == " " and (
-                    translation[end : end + 1] == " "):
-                end += 1
-            pieces.append(translation[start : m.start()])
-            at.append(m.start() - removed)
-            removed += end - m.start()
-            start = end
-        pieces.append(translation[start:])
-        text = "".join(pieces)
+        text, at = _untagged(translation, found, set(kept.values()))
+        sides = self._sides()
         places = [0] * len(tags)
         for i, tag in enumerate(tags):
+            later = [at[kept[j]] for j in range(i + 1, len(tags)) if j in kept]
             if i in kept:
                 places[i] = at[kept[i]]
             elif tag.key[0] == "close":  # right before the next tag kept
-                later = [at[kept[j]] for j in range(i + 1, len(tags)) if j in kept]
                 places[i] = later[0] if later else len(text)
+            elif tag.key[0] == "void" and sides[i][0]:  # after words: as placeholders go back
+                places[i] = later[0] if later else _CLOSING.search(text).start()
             else:  # right after the tag before
                 places[i] = places[i - 1] if i else 0
         encode = self.spelling.encoder()
         out, start = [], 0
-        for tag, place in zip(tags, places, strict=True):
+        for i, (tag, place) in enumerate(zip(tags, places, strict=True)):
             place = max(place, start)
-            out += [encode(text[start:place]), encode(tag.raw) if tag.in_text else tag.raw]
+            raw = encode(tag.raw) if tag.in_text else tag.raw
+            if i not in kept and tag.key[0] == "void":
+                raw = _spaced(raw, text, place, *sides[i][1:])
+            out += [encode(text[start:place]), raw]
             start = place
         out.append(encode(text[start:]))
         return "".join(out), len(kept), len(tags) - len(kept)
+
+    def _sides(self) -> list[tuple[bool, bool, bool]]:
+        """Per tag (as ``tags`` lists them): whether words come before it in the source, and
+        whether whitespace is right before it and right after it."""
+        flat: list[str | None] = []  # the source's characters, None for each tag
+        for piece in self.pieces:
+            if isinstance(piece, _Tag):
+                flat.append(None)
+                continue
+            last = 0
+            for m in _TAG.finditer(piece):
+                flat += [*piece[last : m.start()], None]
+                last = m.end()
+            flat += piece[last:]
+        sides, words = [], False
+        for k, char in enumerate(flat):
+            if char is None:
+                before, after = flat[k - 1] if k else None, flat[k + 1 : k + 2] or [None]
+                sides.append((words, bool(before and before.isspace()),
+                              bool(after[0] and after[0].isspace())))
+            else:
+                words = words or char.isalnum()
+        return sides
+
+
+def _spaced(raw: str, text: str, place: int, space_before: bool, space_after: bool) -> str:
+    """A tag put back by rule into ``text`` at ``place``, with the spaces it had in the source
+    where the translation has none (a link put back after "Blog" must not read "Blog<a>")."""
+    if space_before and place and not text[place - 1].isspace():
+        raw = " " + raw
+    if space_after and text[place : place + 1].isalnum():
+        raw += " "
+    return raw
+
+
+def _untagged(translation: str, found: list[re.Match], matched: set[int],
+              ) -> tuple[str, list[int]]:
+    """The translation without its tags, and where each found tag sat in it. A tag of the
+    model's own between two spaces goes with one of them."""
+    pieces, at, removed, start = [], [], 0, 0
+    for index, m in enumerate(found):
+        end = m.end()
+        if index not in matched and translation[m.start() - 1 : m.start()] == " " and (
+                translation[end : end + 1] == " "):
+            end += 1
+        pieces.append(translation[start : m.start()])
+        at.append(m.start() - removed)
+        removed += end - m.start()
+        start = end
+    pieces.append(translation[start:])
+    return "".join(pieces), at
+
+
+def _repaired(translation: str, names: set[str], source: str) -> str:
+    """The translation with each tag the model broke ("</span", "span>", "b/>"), named as one
+    of the segment's tags, written whole again ("https://</span>" came back as
+    "https://span>"): then it is matched as any tag is, or removed, and no piece of it is
+    left to show as text. What the source's own text holds is left as it is."""
+    if not names:
+        return translation
+    either = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    broken = re.compile(
+        rf"<[ \t\r\n]*(?P<close>/?)[ \t\r\n]*(?P<name>{either})(?![\w:.])(?P<void>[ \t\r\n]*/)?"
+        rf"|(?:(?<![/<])/|(?<!<))(?P<name2>{either})[ \t\r\n]*(?P<void2>/?)>", re.IGNORECASE)
+
+    def mend(text: str) -> str:
+        def whole(m: re.Match) -> str:
+            if m.group() in source:
+                return m.group()
+            if m.group("name"):
+                kind = "/" if m.group("close") else ""
+                return f"<{kind}{m.group('name')}{'/' if m.group('void') else ''}>"
+            return f"<{m.group('name2')}/>" if m.group("void2") else f"</{m.group('name2')}>"
+
+        return broken.sub(whole, text)
+
+    out, start = [], 0
+    for m in _TAG.finditer(translation):  # whole tags stay as they are
+        out += [mend(translation[start : m.start()]), m.group()]
+        start = m.end()
+    out.append(mend(translation[start:]))
+    return "".join(out)
 
 
 def _common(found: Sequence[tuple[str, str]], wanted: Sequence[tuple[str, str]]) -> dict[int, int]:
@@ -339,6 +438,56 @@ def _left_alone(name: str, attrs: dict[str, str | None], ignore: frozenset[str])
             or (attrs.get("translate") or "").lower() == "no" or "notranslate" in classes)
 
 
+def _kept_whole(events: list[tuple[str, int, str, dict[str, str | None]]], ends: list[int],
+                fragment: str) -> set[int]:
+    """The opening events of the inline elements that stay whole, as one tag in their
+    sentence: those marked as handles (``HANDLE_CLASSES``) and those whose text is one
+    untranslatable item (a URL, @user, #tag, :emoji:, a number) or, for a link, a piece of
+    its own address ("example.com"). Mastodon writes a link as three spans around "https://",
+    "example.com/x" and "" and a hashtag as "#<span>tag</span>": cut at its tags, such an
+    item is neither recognised nor copied through by the model."""
+    whole: set[int] = set()
+    for opening, closing in _closings(events).items():
+        _, _, name, attrs = events[opening]
+        if name not in INLINE:
+            continue
+        if HANDLE_CLASSES & set((attrs.get("class") or "").split()):
+            whole.add(opening)
+        elif closing - opening <= _ITEM_EVENTS:
+            texts = [html.unescape(fragment[start : ends[index]])
+                     for index, (kind, start, _, _) in enumerate(events[opening:closing], opening)
+                     if kind == "text"]
+            if _is_item("".join(texts), name, attrs):
+                whole.add(opening)
+    return whole
+
+
+def _closings(events: list[tuple[str, int, str, dict[str, str | None]]]) -> dict[int, int]:
+    """Opening event -> the event that closes it, by name, as elements left alone are
+    closed (an opening tag never closed has none)."""
+    closings: dict[int, int] = {}
+    open_by_name: dict[str, list[int]] = {}
+    for index, (kind, _, name, _) in enumerate(events):
+        if kind == "open":
+            open_by_name.setdefault(name, []).append(index)
+        elif kind == "close" and open_by_name.get(name):
+            closings[open_by_name[name].pop()] = index
+    return closings
+
+
+def _is_item(text: str, name: str, attrs: dict[str, str | None]) -> bool:
+    """Whether an element's ``text`` is one untranslatable item, or a link's text is part of
+    its address (a URL shown without its scheme, a bare host)."""
+    text = text.strip()
+    if not text or len(text) > _ITEM_CHARS or any(c.isspace() for c in text):
+        return False
+    if is_untranslatable(text):
+        return True
+    address = (attrs.get("href") or "").lower()
+    shown = text.lower().rstrip("\u2026.")  # shortened with an ellipsis
+    return name == "a" and ("." in shown or "/" in shown) and shown in address
+
+
 def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] = ()) -> Document:
     """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate; the
     quoted values of ``attributes`` (e.g. ``("alt", "title")``) of the tags not left alone
@@ -353,6 +502,7 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
     if any(a[1] > b[1] for a, b in itertools.pairwise(events)):  # out of order: ditto
         return Document([fragment])
     ends = [start for _, start, _, _ in events[1:]] + [len(fragment)] * bool(events)
+    kept = _kept_whole(events, ends, fragment)
     # Whatever the parser passed over without an event ("</>" at the start) stays as it is.
     parts: list[str | _Segment] = [fragment[: events[0][1]] if events else fragment]
     run: list[str | _Tag] = []
@@ -381,9 +531,11 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
                 done = m.end(3) - 1
         return "".join(out) + tag[done:]
 
-    for (kind, start, name, attrs), end in zip(events, ends, strict=True):
+    for index, ((kind, start, name, attrs), end) in enumerate(zip(events, ends, strict=True)):
         raw = fragment[start:end]
-        if wanted & attrs.keys() and alone is None and not _left_alone(name, attrs, ignored):
+        kept_whole = alone is None and index in kept
+        if (wanted & attrs.keys() and alone is None and not kept_whole
+                and not _left_alone(name, attrs, ignored)):
             raw = mark_values(raw)
         if alone is not None:  # inside an element left alone
             depth = alone[1] + (kind == "open" and name == alone[0]) - (
@@ -397,7 +549,7 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
                     flush()
                     parts.append(whole)
             continue
-        if kind == "open" and _left_alone(name, attrs, ignored):
+        if kind == "open" and (kept_whole or _left_alone(name, attrs, ignored)):
             alone, alone_start = (name, 1), start
             inline_alone = (name in INLINE or name in {"code", "kbd", "samp", "var"}
                             or name in ignored)

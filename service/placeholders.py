@@ -1,4 +1,5 @@
-"""Keep untranslatable items (placeholders, URLs, e-mail addresses, numbers, emoji) verbatim.
+"""Keep untranslatable items (placeholders, URLs, e-mail addresses, handles, numbers, emoji)
+verbatim.
 
 ``protect(text)`` replaces each item by a numbered marker the model copies through, and
 ``Protected.restore(translation)`` puts every item back exactly as it was, each exactly once,
@@ -18,6 +19,11 @@ The marker's form is ``MARKER`` (``{0}``, ``{1}``, ...): the en-de model, traine
 strings, copies brace placeholders through in place more often than the other forms measured
 (docs/placeholders.md). Any text in the source that already looks like a marker is itself
 masked as an item, so a marker in a translation always means an item of ours.
+
+Handles of social platforms are items too: mentions (``@user``, ``@user@host``), Lemmy's
+communities (``!name@host``), hashtags (``#tag``, with at least one letter) and custom emoji
+shortcodes (``:blobcat:``, with the zero-width spaces Misskey writes around them): a name
+is not a word to translate, and the model rewrites them ("#opensource" -> "#Quelloffen").
 
 Numbers are masked as digit runs that stand alone (``20``, ``1,000``, ``3.5``, ``12:30``, not
 the ``3`` of ``MP3``): restoring them verbatim is always correct for the digits, and keeps the
@@ -61,6 +67,10 @@ _EMOJI = (
     r"|\p{Extended_Pictographic}[\uFE0F\p{Emoji_Modifier}]*"
     r"(?:\u200D\p{Extended_Pictographic}[\uFE0F\p{Emoji_Modifier}]*)*"
 )
+# Not inside a word, a URL or an address ("C#", "page#top", "a@b.org", "12:30:45").
+_MENTION = r"(?<![\w@!/.])(?:[@!]\w+(?:[.-]\w+)*@[\w-]+(?:\.[\w-]+)+|@\w+(?:[.-]\w+)*)"
+_HASHTAG = r"(?<![\w&#/])#\w*[^\W\d_]\w*"
+_SHORTCODE = r"(?:\u200b|(?<![\w:])):[A-Za-z0-9_][A-Za-z0-9_+-]+:(?:\u200b|(?![\w:]))"
 _NUMBER = r"(?<![\w.,])\d+(?:[.,:]\d+)*(?!\w)"
 _SURPLUS = "\x00"
 _CLOSING = regex.compile(r"[\s.!?…:;。！？\"'”’»)\]]*$")
@@ -78,7 +88,8 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
     found = regex.compile(rf"(?:{before})+\s*(\d+)"
                           + (rf"\s*(?:{after})+" if after else r"(?!\d)"))
     # Markers before printf and brace forms, so that a doubled one is taken whole.
-    kinds = (_URL, _EMAIL, found.pattern, _PRINTF, _BRACE, _EMOJI, _NUMBER)
+    kinds = (_URL, _EMAIL, _MENTION, _HASHTAG, _SHORTCODE, found.pattern, _PRINTF, _BRACE,
+             _EMOJI, _NUMBER)
     half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"
                          rf"|(?<!\w|{before}\s*)[^\W\d_]?(\d+)\s*{after}"
                          ) if before and after else None
@@ -188,3 +199,9 @@ def protect(text: str, marker: str = MARKER) -> Protected:
 
     masked = _patterns(marker)[0].sub(mask, text)
     return Protected(masked, tuple(items), marker, tuple(at_start), tuple(at_end))
+
+
+def is_untranslatable(text: str) -> bool:
+    """Whether ``text`` (surrounding whitespace aside) is one item ``protect`` would mask:
+    ``service.markup`` keeps an element holding only such an item whole."""
+    return _patterns(MARKER)[0].fullmatch(text.strip()) is not None

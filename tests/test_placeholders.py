@@ -33,6 +33,12 @@ def count(item: str, text: str) -> int:
         ("Flags 🇩🇪 hands 👍🏽 family 👨‍👩‍👧 heart ❤️ keycap 1️⃣", ["🇩🇪", "👍🏽", "👨‍👩‍👧", "❤️", "1️⃣"]),
         ("It takes 20 minutes, 1,000 steps or 3.5 km at 12:30.",
          ["20", "1,000", "3.5", "12:30"]),
+        ("Thanks @alice@m.social and @bob.smith, see !linux@lemmy.ml.",
+         ["@alice@m.social", "@bob.smith", "!linux@lemmy.ml"]),
+        ("Loving #opensource and #100DaysOfCode, not C# or page#top", ["#opensource",
+                                                                        "#100DaysOfCode"]),
+        ("Good morning :blobcat: and \u200b:blob_cat+1:\u200b at 10:30:45",
+         [":blobcat:", "\u200b:blob_cat+1:\u200b", "10:30:45"]),
     ],
 )
 def test_each_kind_is_masked_and_comes_back(text, items):

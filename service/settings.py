@@ -49,8 +49,7 @@ class Settings(BaseSettings):
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Bundles of MODEL_DIR to load, by directory name, comma-separated (e.g. "
-        "'en-de,opus-mt-en-fr'); empty = every bundle there. Each loaded bundle holds its "
-        "weights once (once per worker when workers have several threads each).",
+        "'en-de,opus-mt-en-fr'); empty = every bundle there.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where onnxruntime runs: 'auto' takes a GPU when onnxruntime can "
@@ -64,16 +63,14 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="Decoding workers, each with its own running batch; 0 = 2 on a CPU with 2 "
-        "or more threads (nearly twice the throughput of one worker using both), 1 on CUDA. "
-        "One-thread workers share the onnxruntime sessions, so the weights are held once; "
-        "workers of several threads each hold their own copy.",
+        "or more threads, 1 on CUDA. One-thread workers share one copy of the weights; "
+        "workers of several threads each hold their own.",
     )
     memory_arena: bool = Field(
         False,
         description="Keep onnxruntime's CPU memory arena, which holds on to the largest batch's "
-        "intermediate tensors for the life of the process. Off (the default) they are freed "
-        "after each step: serving 64 clients, ~480 against ~700 MiB resident at the same "
-        "throughput.",
+        "intermediate tensors for the life of the process; off (the default) frees them after "
+        "each step.",
     )
     variant: str | None = Field(
         None, description=(
@@ -119,8 +116,9 @@ class Settings(BaseSettings):
     )
     usage_limit_chars: int = Field(
         0, ge=0, description="Characters each API key (each client address when API_KEYS is "
-        "empty) may translate through the DeepL-compatible API in the life of the process, "
-        "reported by /v2/usage; past it 456, as DeepL answers a spent quota. 0 = no limit."
+        "empty) may translate, through every API, in the life of the process; past it 403 "
+        "quota_exceeded (LibreTranslate's API 403, DeepL's 456; /v2/usage reports it). "
+        "0 = no limit."
     )
     request_timeout_s: float = Field(
         30.0, gt=0, description="Deadline of one request; past it the request gets 504."
@@ -152,8 +150,7 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         4096, ge=1, description="Most open client connections. At the cap a new connection "
         "closes the longest-idle one that has no request running, else gets 503. Lowered to fit "
-        "the open-file limit (RLIMIT_NOFILE, whose soft limit is raised as far as the hard one "
-        "allows)."
+        "the open-file limit (RLIMIT_NOFILE)."
     )
 
     protect_untranslatables: bool = Field(
@@ -171,16 +168,13 @@ class Settings(BaseSettings):
     max_request_chars: int = Field(
         50_000,
         ge=1,
-        description="Most characters in one request, all texts together (else 413): what the "
-        "service finishes well within REQUEST_TIMEOUT_S beside other traffic (512 sentences, "
-        "48,575 characters, took 4.1 s on an idle 2-core CPU; 163,204 did not finish in 30 s).",
+        description="Most characters in one request, all texts together (else 413).",
     )
     max_beam: int = Field(8, ge=1, description="Largest beam_size a request may ask for.")
     default_beam: int = Field(
         2, ge=1,
-        description="beam_size used when a request gives none. 2, as CTranslate2's default: on "
-        "the default model's dev set +1.1 BLEU and +1.1 chrF over greedy (1), at 2.2x the "
-        "decoding work; set 1 for throughput.",
+        description="beam_size used when a request gives none; 1 (greedy) for the most "
+        "throughput, larger for better translations at more decoding work.",
     )
     max_length: int = Field(
         256, ge=1, description="Cap on generated tokens per sentence; also the request default."
@@ -194,7 +188,8 @@ class Settings(BaseSettings):
 
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated bearer tokens for /translate and /languages; empty = open.",
+        description="Comma-separated API keys; when set, every API asks for one (a bearer "
+        "token, LibreTranslate's api_key, DeepL's auth key). Empty = open.",
         repr=False,  # keeps the keys out of logged settings
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(

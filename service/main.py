@@ -25,6 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import deepl, libretranslate
 from service.api.native import router
+from service.api.private import PrivateRoutesMiddleware
 from service.connections import (
     BodyDeadlineMiddleware,
     CloseWhenStoppingMiddleware,
@@ -72,9 +73,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(start_serving(state, engine_factory))
+        state.loop_lag.start()
         try:
             yield
         finally:
+            await state.loop_lag.stop()
             state.begin_shutdown()  # a no-op when the stop signal already began it
             if not loading.done():
                 # The load runs in a thread that cannot be interrupted; wait for it so the
@@ -103,6 +106,7 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(PrivateRoutesMiddleware, state=state)
     app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)

@@ -75,6 +75,17 @@ class Metrics:
             ["pair", "outcome"],
             registry=r,
         )
+        self.loop_lag = Gauge(
+            "translate_event_loop_lag_seconds",
+            "How late the event loop runs callbacks, smoothed over about a second.",
+            registry=r,
+        )
+        self.shed = Counter(
+            "translate_requests_shed",
+            "Requests refused with 503 before any work because the event loop lagged past "
+            "MAX_LOOP_LAG_S.",
+            registry=r,
+        )
         self.connections = Gauge(
             "translate_http_connections", "Open client connections.", registry=r
         )

@@ -1,17 +1,19 @@
 """The one path every API's request takes, whatever its shape.
 
 An API module parses its request shape into a ``PipelineRequest`` and calls ``translate``,
-which decides, once and in this order: the key, the text limits, the options, the language
-pair (detecting the source when asked), the rate and usage limits, readiness and admission,
-then the Translator under the request's deadline, abandoned if the client hangs up. Every
-refusal or failure is a ``PipelineError`` with a stable ``code``; each API renders it through
-its own table of codes (status and wording in that API's error shape). So the same situation
-gets the same decision in every API, and only the words differ.
+which decides, once and in this order: load shedding (``service.overload``), the key, the
+text limits, the options, the language pair (detecting the source when asked), the rate and
+usage limits, readiness and admission, then the Translator under the request's deadline,
+abandoned if the client hangs up. Every refusal or failure is a ``PipelineError`` with a
+stable ``code``; each API renders it through its own table of codes (status and wording in
+that API's error shape). So the same situation gets the same decision in every API, and only
+the words differ.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import os
@@ -118,15 +120,36 @@ async def read_body(request: Request, settings: Settings) -> bytes:
     return b"".join(chunks)
 
 
-def check_key(settings: Settings, key: str) -> None:
-    """``key`` against API_KEYS, when any are set."""
-    if not settings.api_keys:
+def shed_when_behind(state: ServiceState) -> None:
+    """Refuse at once while the event loop lags past MAX_LOOP_LAG_S: a request read now would
+    wait behind the backlog until its client gives up (``service.overload``)."""
+    lag = state.loop_lag.seconds
+    state.metrics.loop_lag.set(lag)
+    if lag > state.settings.max_loop_lag_s:
+        state.metrics.shed.inc()
+        raise PipelineError("overloaded", f"The server is overloaded ({lag:.1f} s behind); "
+                            "retry later.", retry_after=max(1, round(lag)))
+
+
+def check_key(state: ServiceState, http: Request, key: str) -> None:
+    """``key`` against API_KEYS, when any are set. An address that sent FAILED_KEYS_PER_MINUTE
+    wrong or missing keys is refused without its key being compared, until its allowance
+    refills: a guesser learns nothing faster than that."""
+    keys = state.settings.api_keys
+    if not keys:
         return
+    address = http.client.host if http.client else ""
+    if wait := state.failed_keys.wait(address):
+        raise PipelineError("too_many_failed_keys", "Too many requests with a wrong or missing "
+                            "API key from this address; retry later.", retry_after=wait)
+    # compare_digest against every key: the time taken says nothing about which key is close.
+    if key and any([hmac.compare_digest(key.encode(), k.encode()) for k in keys]):
+        return
+    with contextlib.suppress(RateLimited):  # this failure is answered as what it is
+        state.failed_keys.take(address, 0)
     if not key:
         raise PipelineError("missing_key", "Missing API key.")
-    # compare_digest against every key: the time taken says nothing about which key is close.
-    if not any([hmac.compare_digest(key.encode(), k.encode()) for k in settings.api_keys]):
-        raise PipelineError("invalid_key", "Invalid API key.")
+    raise PipelineError("invalid_key", "Invalid API key.")
 
 
 def check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
@@ -278,12 +301,13 @@ async def _translate(state: ServiceState, http: Request,
                      request_id: str) -> PipelineResult:
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     settings = state.settings
+    shed_when_behind(state)
     if key is not None:
-        check_key(settings, key)
+        check_key(state, http, key)
     request = parse(await read_body(http, settings))
     if key is None:
         key = request.key
-        check_key(settings, key)
+        check_key(state, http, key)
     check_texts(request.texts, request.single, settings)
     check_options(request.options, settings)
     require_ready(state)

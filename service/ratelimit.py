@@ -93,6 +93,16 @@ class RateLimiter:
         if char_cap:
             buckets.chars -= chars
 
+    def wait(self, client: str) -> int:
+        """Seconds until ``client`` may send one more request (0: now), taking nothing."""
+        buckets = self._clients.get(client)
+        if not self.requests_per_minute or buckets is None:
+            return 0
+        minutes = (self._clock() - buckets.at) / 60
+        tokens = buckets.requests + minutes * self.requests_per_minute
+        return 0 if tokens >= 1 else max(1, math.ceil((1 - tokens) * 60
+                                                      / self.requests_per_minute))
+
     def _prune(self, now: float) -> None:
         self._clients = {
             client: buckets for client, buckets in self._clients.items() if now - buckets.at < 60

@@ -97,6 +97,19 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         2048, ge=1, description="Most sentences waiting to join the batch before 429 responses."
     )
+    failed_keys_per_minute: int = Field(
+        20, ge=0, description="Wrong or missing API keys one client address may send a minute; "
+        "past it that address gets 429 with Retry-After, without its key being compared. "
+        "0 = no limit."
+    )
+    open_docs: bool = Field(
+        False, description="Serve /metrics and the API docs (/docs, /redoc, /openapi.json, "
+        "/libretranslate/spec) without a key when API_KEYS is set."
+    )
+    max_loop_lag_s: float = Field(
+        0.5, gt=0, description="While the event loop runs this many seconds behind (requests "
+        "arriving faster than they can be read), new requests get 503 with Retry-After."
+    )
     max_request_sentences: int = Field(
         512,
         ge=1,

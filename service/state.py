@@ -15,10 +15,13 @@ from fastapi import Depends, Request
 from service.detect import LanguageDetector
 from service.engine import Engine
 from service.metrics import Metrics
+from service.overload import LoopLag
 from service.ratelimit import RateLimiter, Usage
 from service.scheduler import Scheduler
 from service.settings import Settings
 from service.translator import Pair, Translator
+
+DETECT_CHARS = 2000
 
 
 @dataclass
@@ -31,12 +34,15 @@ class ServiceState:
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
     limiter: RateLimiter = field(init=False)
+    failed_keys: RateLimiter = field(init=False)  # per client address
     usage: Usage = field(default_factory=Usage)
+    loop_lag: LoopLag = field(default_factory=LoopLag)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(
             self.settings.requests_per_minute, self.settings.chars_per_minute
         )
+        self.failed_keys = RateLimiter(self.settings.failed_keys_per_minute, 0)
 
     @property
     def engines(self) -> dict[Pair, Engine]:
@@ -50,8 +56,11 @@ class ServiceState:
     def detect_languages(self, texts: Sequence[str], candidates: Sequence[str],
                          ) -> list[tuple[str, float]]:
         """(language, confidence 0-1) for each of ``candidates``, best first, over ``texts``
-        together; empty when they hold no letters (``service.detect``)."""
-        return LanguageDetector(candidates).detect("\n".join(texts))
+        together; empty when they hold no letters (``service.detect``). Only the first
+        ``DETECT_CHARS`` characters are read: a language shows in a paragraph, and the
+        detector runs on the event loop."""
+        sample = "\n".join(texts)[:DETECT_CHARS]
+        return LanguageDetector(candidates).detect(sample)
 
     def begin_shutdown(self) -> None:
         """At the stop signal: /ready turns 503 so that load balancers stop sending; requests

@@ -318,8 +318,28 @@ def test_api_keys(tmp_path: Path) -> None:
                 "/translate", json={"text": "a"}, headers={"authorization": "Bearer k2"}
             )
             assert ok.status_code == 200
-            for path in ("/health", "/ready", "/metrics"):
+            for path in ("/health", "/ready"):  # probes need no key
                 assert (await client.get(path)).status_code == 200
+            # What describes the service is locked too (OPEN_DOCS opens it).
+            for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):
+                assert_error(await client.get(path), 401, "unauthorized")
+                keyed = await client.get(path, headers={"authorization": "Bearer k1"})
+                assert keyed.status_code == 200, (path, keyed.text)
+            assert (await client.get("/metrics?api_key=k2")).status_code == 200
+            spec = await client.get("/libretranslate/spec")
+            assert spec.status_code == 401 and set(spec.json()) == {"error"}
+
+    run(main())
+
+
+def test_open_docs_opens_metrics_and_docs(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, api_keys="k1", open_docs=True)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            for path in ("/metrics", "/docs", "/openapi.json", "/libretranslate/spec"):
+                assert (await client.get(path)).status_code == 200, path
+            assert_error(await client.get("/languages"), 401, "unauthorized")
 
     run(main())
 

@@ -5,6 +5,7 @@ and error shape. Run against ``FakeEngine`` bundles (``tests.test_api``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ APIS = [
          "malformed": 400, "wrong_type": 400}),
 ]
 SHARED = {"queue_full": 429, "rate_limited": 429, "timeout": 504, "shutting_down": 503,
-          "unknown_route": 404}
+          "unknown_route": 404, "overloaded": 503}
 for _api in APIS:
     _api.statuses.update(SHARED)
 
@@ -103,6 +104,25 @@ def test_keys_are_checked_alike(api: Api, tmp_path: Path) -> None:
             good = await api.post(client, "hello", key="right")
             assert good.status_code == 200, good.text
             assert api.translations(good.json()) == ["HELLO"]
+
+    run(main())
+
+
+@by_api
+def test_wrong_keys_from_one_address_are_throttled(api: Api, tmp_path: Path) -> None:
+    """Past FAILED_KEYS_PER_MINUTE wrong keys an address gets 429 with Retry-After, even with
+    the right key: a guesser cannot tell a hit from a miss."""
+    app = fake_app(tmp_path, api_keys=["right"], failed_keys_per_minute=3)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            assert (await api.post(client, "a", key="right")).status_code == 200
+            for guess in range(3):
+                assert api.error(await api.post(client, "a", key=f"guess{guess}"), "bad_key")
+            for key in ("guess9", "right"):
+                response = await api.post(client, "a", key=key)
+                assert api.error(response, "rate_limited")
+                assert int(response.headers["retry-after"]) >= 1
 
     run(main())
 
@@ -213,6 +233,34 @@ def test_a_passed_deadline_is_504(api: Api, tmp_path: Path) -> None:
         async with serving(app) as client:
             response = await api.post(client, " ".join(f"w{i}" for i in range(60)))
             assert api.error(response, "timeout")
+
+    run(main())
+
+
+@by_api
+def test_a_lagging_event_loop_sheds_new_requests_with_503(api: Api, tmp_path: Path) -> None:
+    """Requests arriving faster than the loop can read them are refused at once, before any
+    work, rather than left waiting until their clients give up; the loop caught up, they are
+    served again."""
+    app = fake_app(tmp_path, max_loop_lag_s=0.1)
+    lag = app.state.service.loop_lag
+
+    async def main() -> None:
+        async with serving(app) as client:
+            assert (await api.post(client, "before")).status_code == 200
+
+            async def hog() -> None:  # a loop kept busy: every callback runs 0.3 s late
+                while lag.seconds <= 0.1:
+                    time.sleep(0.3)
+                    await asyncio.sleep(0)
+
+            await asyncio.wait_for(hog(), 30)
+            response = await api.post(client, "during")
+            assert api.error(response, "overloaded")
+            assert int(response.headers["retry-after"]) >= 1
+            while lag.seconds > 0.1:
+                await asyncio.sleep(0.05)
+            assert (await api.post(client, "after")).status_code == 200
 
     run(main())
 

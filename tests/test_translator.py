@@ -73,3 +73,30 @@ def test_a_closed_translator_refuses_work(tiny_bundle: Path) -> None:
     translator.close()
     with pytest.raises(ShuttingDown):
         translator.translate_batch([PAIRS[0][0]])
+
+
+def test_large_html_is_parsed_and_rebuilt_off_the_event_loop(
+        translator: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large document's markup is parsed and rendered in a worker thread: on the event loop
+    it would stall every other request and the health probes for as long (50,000 characters
+    of HTML took 1.2 s). A small one stays on the loop, where a thread hop would cost more."""
+    import threading
+
+    from service import markup
+
+    threads: list[str] = []
+    parse = markup.parse
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(markup, "parse", recording)
+    source = PAIRS[0][0]
+    small = translator.translate_batch([f"<p>{source}</p>"], format="html")
+    assert small[0].text == f"<p>{PAIRS[0][1]}</p>"
+    large = "".join(f"<p><b>{i}</b> {source}</p>" for i in range(100))
+    assert len(large) > 2000
+    translator.translate_batch([large], format="html")
+    assert threads[0] == "translator-loop"  # the loop translate_batch runs on
+    assert threads[1] != "translator-loop"

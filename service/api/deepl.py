@@ -60,6 +60,7 @@ DEEPL: dict[str, Reply] = {
     **{code: Reply(400) for code in MALFORMED},
     "missing_key": Reply(403, "Authorization failure, check auth_key"),
     "invalid_key": Reply(403, "Authorization failure, check auth_key"),
+    "too_many_failed_keys": Reply(429, "Too many requests: {message}"),
     **{code: _SIZE for code in ("body_too_large", "too_many_texts", "text_too_long",
                                 "too_many_characters", "too_many_sentences", "over_rate_limit")},
     "unsupported_language_pair": Reply(400, "Value for '{field}' not supported."),
@@ -170,12 +171,12 @@ async def _key_fields(request: Request, state: ServiceState) -> tuple[dict[str, 
     """A GET or POST request's fields and its key, checked."""
     key = _header_key(request)
     if key is not None:
-        check_key(state.settings, key)
+        check_key(state, request, key)
     fields = compat_fields(await read_body(request, state.settings), request.headers,
                            request.query_params, "text")
     if key is None:
         key = str(fields.get("auth_key") or "").strip()
-        check_key(state.settings, key)
+        check_key(state, request, key)
     return fields, key
 
 

@@ -48,6 +48,7 @@ LIBRETRANSLATE: dict[str, Reply] = {
     "invalid_field": Reply(400),
     "missing_key": Reply(400, "Please contact the server operator to get an API key"),
     "invalid_key": Reply(403, "Invalid API key"),
+    "too_many_failed_keys": Reply(429, _SLOWDOWN),
     "body_too_large": Reply(413),
     **{code: Reply(400, "Invalid request: {message}") for code in (
         "too_many_texts", "text_too_long", "too_many_characters", "too_many_sentences")},
@@ -139,7 +140,7 @@ async def detect(request: Request) -> JSONResponse:
     try:
         fields = compat_fields(await read_body(request, state.settings), request.headers,
                                request.query_params, "q")
-        check_key(state.settings, str(fields.get("api_key") or ""))
+        check_key(state, request, str(fields.get("api_key") or ""))
         if not fields.get("q"):
             raise PipelineError("missing_field", "missing q parameter", "q")
         texts = text_list(fields["q"], "q")

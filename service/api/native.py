@@ -43,6 +43,7 @@ NATIVE: dict[str, Reply] = {
                          "unauthorized"),
     "invalid_key": Reply(401, "Missing or invalid API key; send 'Authorization: Bearer <key>'.",
                          "unauthorized"),
+    "too_many_failed_keys": Reply(429),
     "body_too_large": Reply(413),
     "too_many_texts": Reply(413),
     "text_too_long": Reply(413),
@@ -71,11 +72,12 @@ _bearer = HTTPBearer(auto_error=False, description="One of the API_KEYS, when an
 
 
 async def require_api_key(
+    request: Request,
     state: State,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     try:
-        check_key(state.settings, credentials.credentials if credentials else "")
+        check_key(state, request, credentials.credentials if credentials else "")
     except PipelineError as exc:
         raise native_error(exc) from None
 
@@ -117,6 +119,7 @@ async def ready(state: State) -> StatusResponse:
 @router.get("/metrics", response_class=Response)
 async def metrics(state: State) -> Response:
     """Prometheus metrics."""
+    state.metrics.loop_lag.set(state.loop_lag.seconds)
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 

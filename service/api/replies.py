@@ -29,7 +29,8 @@ class Reply:
 # What no request can change: every API answers these alike, in its own shape.
 SERVICE_SIDE: dict[str, Reply] = {
     **{code: Reply(503) for code in ("not_ready", "load_failed", "unavailable",
-                                      "shutting_down", "worker_restarted", "no_healthy_worker")},
+                                      "shutting_down", "worker_restarted", "no_healthy_worker",
+                                      "overloaded")},
     "client_closed_request": Reply(499),
     "translation_failed": Reply(500),
     "timeout": Reply(504),

@@ -1,0 +1,52 @@
+"""The routes that describe the service rather than translate (``/metrics``, the API docs and
+OpenAPI document, LibreTranslate's ``/spec``): behind the API key when keys are set, unless
+OPEN_DOCS opens them. Metrics name the loaded models and the traffic; a locked service should
+not tell an unauthenticated client either."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from service.api.native import native_error
+from service.errors import error_response
+from service.metrics import ASGIApp, Receive, Scope, Send
+from service.pipeline import PipelineError, check_key
+from service.state import ServiceState
+
+PRIVATE_PATHS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
+                           "/openapi.json", "/libretranslate/spec"})
+
+
+def key_of(request: Request) -> str:
+    """A key as any of the APIs carries it in a request without a body: a bearer token,
+    DeepL's ``DeepL-Auth-Key`` header, or an ``api_key`` query parameter (for a browser)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() in ("bearer", "deepl-auth-key") and token.strip():
+        return token.strip()
+    return request.query_params.get("api_key", "")
+
+
+class PrivateRoutesMiddleware:
+    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = self.state.settings
+        if (scope["type"] != "http" or scope["path"] not in PRIVATE_PATHS
+                or not settings.api_keys or settings.open_docs):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            check_key(self.state, request, key_of(request))
+        except PipelineError as exc:
+            error = native_error(exc)
+            response = (JSONResponse({"error": error.message}, error.status,
+                                     headers=error.headers)
+                        if scope["path"].startswith("/libretranslate/") else
+                        error_response(error))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

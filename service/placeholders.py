@@ -85,13 +85,18 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
     opening delimiter turned into a letter); None for a marker without both delimiters."""
     parts = marker.replace("%%", "\0").split("%d")
     before, after = (regex.escape(part.replace("\0", "%")) for part in parts)
-    found = regex.compile(rf"(?:{before})+\s*(\d+)"
-                          + (rf"\s*(?:{after})+" if after else r"(?!\d)"))
+    # Digits glued to a whole marker ("{17}1") are debris of the model's, taken with it: the
+    # source's own digits are all masked, so none stands against a marker there.
+    found = regex.compile((r"\d*" if after else "") + rf"(?:{before})+\s*(\d+)"
+                          + (rf"\s*(?:{after})+\d*" if after else r"(?!\d)"))
     # Markers before printf and brace forms, so that a doubled one is taken whole.
     kinds = (_URL, _EMAIL, _MENTION, _HASHTAG, _SHORTCODE, found.pattern, _PRINTF, _BRACE,
              _EMOJI, _NUMBER)
+    # A closing half may follow a word ("und17}": the model glued it on); a letter before
+    # the digits stands for the opening delimiter only where it starts a word.
     half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"
-                         rf"|(?<!\w|{before}\s*)[^\W\d_]?(\d+)\s*{after}"
+                         rf"|(?:(?<!\w|{before}\s*)[^\W\d_])?(?<!\d|{before}\s*)(\d+)\s*"
+                         rf"(?:{after})+"
                          ) if before and after else None
     return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found, half
 
@@ -124,15 +129,17 @@ class Protected:
             return Restored(translation, (), (), 0)
         every, found, half = _patterns(self.marker)
         marked = {int(m.group(1)) for m in found.finditer(translation)}
-        if half is not None:
-            translation = self._mend_halves(half, translation, marked)
-        by_model: list[int] = []
         removed = 0
+        if half is not None:
+            translation, removed = self._mend_halves(half, translation, marked)
+        by_model: list[int] = []
 
         def place(match: regex.Match) -> str:
             nonlocal removed
             seen = match.group()
-            is_marker = found.fullmatch(seen)
+            # A marker inside another form ("${17}") is the model's debris around our marker.
+            is_marker = found.fullmatch(seen) or (None if seen in self.items
+                                                  else found.search(seen))
             if is_marker:
                 index = int(is_marker.group(1))
                 if index >= len(self.items):
@@ -153,27 +160,36 @@ class Protected:
             return _SURPLUS
 
         text = every.sub(place, translation)
-        if removed:  # take the surplus out with one of the spaces around it
-            text = regex.sub(rf"^{_SURPLUS} | {_SURPLUS}(?=[ .,;:!?]|$)|{_SURPLUS}", "", text)
+        if removed:  # take the surplus out with one of the spaces around it, and with the
+            # comma before it when it closed the sentence ("spät, 0}." -> "spät.")
+            text = regex.sub(rf"[,;:]\s*{_SURPLUS}(?=\s*(?:[.!?…]|$))|^{_SURPLUS} "
+                             rf"| {_SURPLUS}(?=[ .,;:!?]|$)|{_SURPLUS}", "", text)
         missing = [i for i in range(len(self.items)) if i not in by_model]
         for index in missing:
             text = self._put_back(text, index)
         return Restored(text, tuple(by_model), tuple(missing), removed)
 
-    def _mend_halves(self, half: regex.Pattern, translation: str, marked: set[int]) -> str:
+    def _mend_halves(self, half: regex.Pattern, translation: str, marked: set[int],
+                     ) -> tuple[str, int]:
         """A marker the model wrote half of (``half``; "m0}" is how the en-de model wrote
         "{0}") becomes the whole marker, when no whole one holds that number, and its number
-        joins ``marked``: the item then goes where the model put it, and no fragment is left
-        in the text."""
+        joins ``marked``: the item then goes where the model put it. Any other half marker (a
+        number already placed, or never handed out: "{1444444", which a model given hundreds
+        of markers writes) is debris, taken out as surplus: digits beside a marker's
+        delimiter never come from the source, whose digits and markers are all masked.
+        Returns the text and the number taken out."""
+        removed = 0
 
         def mend(match: regex.Match) -> str:
+            nonlocal removed
             index = int(match.group(1) or match.group(2))
             if index >= len(self.items) or index in marked:
-                return match.group()
+                removed += 1
+                return _SURPLUS
             marked.add(index)
             return self.marker % index
 
-        return half.sub(mend, translation)
+        return half.sub(mend, translation), removed
 
     def _put_back(self, text: str, index: int) -> str:
         item = self.items[index]

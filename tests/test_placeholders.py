@@ -96,8 +96,9 @@ def test_a_stray_brace_beside_a_marker_goes_with_it():
         ("Der Zug ist m0} Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
         ("Der Zug ist 0} Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
         ("Der Zug ist {0 Minuten zu spät.", "Der Zug ist 20 Minuten zu spät."),
-        # a whole marker wins and the item comes back once; the half is the model's own text
-        ("Der Zug ist {0} Minuten zu spät, 0}.", "Der Zug ist 20 Minuten zu spät, 0}."),
+        # a whole marker wins and the item comes back once; half of a marker already placed
+        # is debris: taken out, with the comma it trailed
+        ("Der Zug ist {0} Minuten zu spät, 0}.", "Der Zug ist 20 Minuten zu spät."),
     ],
 )
 def test_half_a_marker_is_mended_where_the_model_put_it(translation, expected):
@@ -173,3 +174,42 @@ def test_any_marker_form_round_trips(marker):
     assert Counter(shuffled.by_model + shuffled.by_rule) == Counter(range(len(protected.items)))
     for item in protected.items:
         assert shuffled.text.count(item) == 1
+
+
+@pytest.mark.parametrize("debris", ["{1444444444444", "14444444444}", "{2}1", "7{2}",
+                                    "${2}", "und2}}", "{{2}"])
+def test_marker_debris_of_a_model_given_many_items_is_taken_out(debris: str) -> None:
+    """Given hundreds of markers, a model loops on digits and glues pieces of markers to words
+    and to each other; none of that may stay in the text or bring back an item twice."""
+    urls = [f"https://example.org/{i}" for i in range(3)]
+    protected = protect(" and ".join(urls))
+    translation = "{0} und {1} und {2} " + debris
+    restored = protected.restore(translation).text
+    assert [restored.count(url) for url in urls] == [1, 1, 1], restored
+    assert not any(char in restored for char in "{}$"), restored
+
+
+def test_thousands_of_items_come_back_exactly_once() -> None:
+    """Every item of a text with thousands of them comes back as often as it went in, with
+    the markers left, dropped, shuffled and frayed as a model does."""
+    import random
+
+    rng = random.Random(0)
+    items = [f"https://example{i}.org/p/{rng.randrange(10**6)}" for i in range(3000)]
+    items += ["user@mail.org"] * 40 + ["{0}", "%s", "42"] * 20
+    rng.shuffle(items)
+    source = " ".join(item + rng.choice(["", " und", " see"]) for item in items)
+    protected = protect(source)
+    markers = [MARKER % i for i in range(len(protected.items))]
+    frayed = []
+    for marker in markers:
+        roll = rng.random()
+        if roll < 0.05:
+            continue  # dropped
+        frayed.append(marker[1:] if roll < 0.1 else marker[:-1] + "1" if roll < 0.15
+                      else marker + "1}" if roll < 0.2 else marker)
+    rng.shuffle(frayed)
+    restored = protected.restore(" ".join(frayed)).text
+    for item in set(items):
+        assert restored.count(item) >= items.count(item), item
+    assert len(restored.split()) == len(items)

@@ -14,6 +14,7 @@ import logging
 import logging.config
 import math
 import socket
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import FrameType
@@ -45,6 +46,7 @@ log = logging.getLogger("service")
 # The drain answers every request in the scheduler within SHUTDOWN_GRACE_S; this long after,
 # uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
 SHUTDOWN_BACKSTOP_S = 2
+EXIT_FAILED = 3  # the workers failed beyond repair: a restart policy should act
 
 
 async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
@@ -174,10 +176,16 @@ class Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
+        state = self.service_state
+        if state.scheduler is not None and state.scheduler.failed and not self.should_exit:
+            # Beyond repair in this process: exit (non-zero, see ``serve``) so that whatever
+            # runs the service restarts it; /health already fails for Kubernetes.
+            log.error("the translation workers kept failing; exiting so the service restarts")
+            self.should_exit = True
         if not await super().on_tick(counter):
             return False
-        self.service_state.begin_shutdown()  # also when asked to exit other than by a signal
-        return self.force_exit or self.service_state.delay_left() <= 0
+        state.begin_shutdown()  # also when asked to exit other than by a signal
+        return self.force_exit or state.delay_left() <= 0
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Draining runs beside uvicorn's wait for open connections, which it ends by
@@ -210,8 +218,13 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = default_engine) -> None:
-    """Serve until a stop signal, then shut down as ``Server`` describes."""
-    server_for(create_app(settings, engine_factory=engine_factory), settings).run()
+    """Serve until a stop signal, then shut down as ``Server`` describes. Exits with status
+    ``EXIT_FAILED`` when the translation workers failed beyond repair."""
+    server = server_for(create_app(settings, engine_factory=engine_factory), settings)
+    server.run()
+    scheduler = server.service_state.scheduler
+    if scheduler is not None and scheduler.failed:
+        sys.exit(EXIT_FAILED)
 
 
 def run(args: Sequence[str] | None = None) -> None:

@@ -25,9 +25,12 @@ the batch is cleared (it takes new sentences at once) and each of the sentences 
 retried alone, one at a time in a batch of its own beside it; a sentence that fails alone
 fails its request, and only that request. A worker
 thread that dies fails the requests it was running and is replaced by a new one, which proves
-itself on the last sentence the service translated before it takes work; past
-``WORKER_RESTARTS`` deaths in ``RESTART_WINDOW_S`` the scheduler gives up (``failed``), which
-is the service's cue to fail its liveness check and be restarted.
+itself on the last sentence the service translated before it takes work, after a backoff
+that doubles with each recent death; past ``WORKER_RESTARTS`` deaths in ``RESTART_WINDOW_S``
+the scheduler gives up (``failed``), which is the service's cue to fail its liveness check and
+exit. A sentence that failed alone is quarantined: its copies are refused unrun. Several
+different sentences failing alone in a row send the worker to the canary: if that translates,
+they were poison and the worker goes on; if not, the worker is broken and replaced.
 
 Engines are not thread-safe; only its own worker touches a replica and its batches. The lock
 guards the queue and the cancellation lists, and is never held while an engine runs.
@@ -58,10 +61,17 @@ log = logging.getLogger(__name__)
 WORKER_RESTARTS = 3
 RESTART_WINDOW_S = 60.0
 # Different sentences failing even alone, in a row (no step succeeding between them), after
-# which a worker counts as broken and is restarted. One poisoned sentence, however often it is
-# sent, is a bad input, not a broken worker: with the sentence cache answering the innocent
-# requests between its copies, counting every failed step had it kill workers for good.
+# which a worker decodes the canary, a sentence the service translated before: if that fails
+# too the worker is broken and is restarted, if not the sentences were poison. Several poison
+# sentences sent at once are bad inputs, not a broken worker: counting them as one killed the
+# workers for good under four poison sentences four at a time.
 WORKER_FAILURE_LIMIT = 4
+# Sentences that failed alone, remembered per pair so that a copy of one is refused at once
+# instead of failing a batch step and being retried alone again.
+QUARANTINE_SIZE = 1024
+# A restarted worker waits this long, doubled with each death in RESTART_WINDOW_S: a fault
+# that is not transient does not spin a new worker up every few milliseconds.
+RESTART_BACKOFF_S = 0.1
 
 
 class SchedulerError(Exception):
@@ -202,6 +212,7 @@ class _Worker:
         self.failed_sources: set[tuple[int, ...]] = set()
         # False while a restarted worker proves itself on the canary: none leaves work to it.
         self.proven = proven
+        self.backoff_s = 0.0  # how long a restarted worker waits before it proves itself
         self.thread: threading.Thread | None = None
 
     @property
@@ -283,6 +294,7 @@ class Scheduler:
         self._deaths: deque[float] = deque()  # time.monotonic() of recent worker deaths
         # A sentence the service translated, per pair: a restarted worker decodes it first.
         self._canary: dict[str, tuple[Sequence[int], DecodeOptions]] = {}
+        self._quarantine: dict[str, OrderedDict[tuple[int, ...], None]] = {}
         self._throughput = _Throughput()
 
     # -- event-loop side -------------------------------------------------------------------
@@ -414,6 +426,10 @@ class Scheduler:
                 held, admission.room = admission.room, 0
                 self._held -= held
             self._check_open()
+            quarantined = self._quarantine.get(request.pair, {})
+            for index, source in enumerate(request.sources):
+                if tuple(source) in quarantined:
+                    raise TranslationFailed(request.id, index)
             count = len(request.sources)
             if count > self._max_request:
                 raise RequestTooLarge(count, self._max_request)
@@ -490,6 +506,7 @@ class Scheduler:
     def _run(self, worker: _Worker) -> None:
         try:
             if not worker.proven:
+                time.sleep(worker.backoff_s)
                 self._prove(worker)
             self._loop(worker)
         except BaseException:  # a bug or a broken replica must not leave requests hanging
@@ -557,6 +574,7 @@ class Scheduler:
             restart = not self._stopping and len(self._deaths) <= WORKER_RESTARTS
             if restart:
                 worker = _Worker(dead.index, dead.engines, self._pair_metrics, proven=False)
+                worker.backoff_s = RESTART_BACKOFF_S * 2 ** (len(self._deaths) - 1)
                 self._workers[dead.index] = worker
             elif not self._stopping:  # (while stopping, a death is no verdict)
                 self._failed = True
@@ -745,13 +763,28 @@ class Scheduler:
             lane.release(job)
             self._count(lane, "failed")
             self._fail(lane, job.request, TranslationFailed(job.request.id, job.index))
+            self._quarantined(lane.pair, tuple(job.source))
             worker.failed_sources.add(tuple(job.source))
             if len(worker.failed_sources) >= WORKER_FAILURE_LIMIT:
-                raise _WorkerBroken(f"{len(worker.failed_sources)} different sentences failed "
-                                    "alone in a row") from exc
+                failures = f"{len(worker.failed_sources)} different sentences failed alone"
+                if lane.pair not in self._canary:  # nothing known good to tell poison by
+                    raise _WorkerBroken(failures) from exc
+                try:
+                    self._prove(worker)
+                except Exception as broken:
+                    raise _WorkerBroken(f"{failures}, and so did the canary") from broken
+                worker.failed_sources.clear()  # the worker is sound: those were poison
             return
         worker.failed_sources.clear()
         self._finish(lane, finished)
+
+    def _quarantined(self, pair: str, source: tuple[int, ...]) -> None:
+        """Remember a sentence that failed alone, so that its copies are refused unrun."""
+        with self._lock:
+            quarantine = self._quarantine.setdefault(pair, OrderedDict())
+            quarantine[source] = None
+            while len(quarantine) > QUARANTINE_SIZE:
+                quarantine.popitem(last=False)
 
     def _finish(self, lane: _Lane, finished: list[tuple[Any, Translation]]) -> None:
         for job, translation in finished:

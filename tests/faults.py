@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -22,6 +23,8 @@ class Faults:
 
     def __init__(self, poison: Sequence[int] | None = None) -> None:
         self.poison = tuple(poison) if poison is not None else None
+        self.poisons: set[tuple[int, ...]] = set()  # more poison sentences, each on its own
+        self.broken_when: Path | None = None  # every step raises while this file exists
         self.fail_steps = 0  # the next n steps raise, whatever is in the batch
         self.fail_removes = 0  # the next n removals raise (a bug outside the decoder)
         self.steps_failed = 0
@@ -88,8 +91,10 @@ class FaultyBatch:
         self.sources.clear()
 
     def step(self) -> list[tuple[Hashable, Any]]:
-        poisoned = self.faults.poison is not None and self.faults.poison in self.sources.values()
-        if poisoned or self.faults.take("fail_steps"):
+        sources = set(self.sources.values())
+        poisoned = self.faults.poison in sources or bool(self.faults.poisons & sources)
+        broken = self.faults.broken_when is not None and self.faults.broken_when.exists()
+        if poisoned or broken or self.faults.take("fail_steps"):
             self.faults.count_failure()
             raise InjectedFault("injected decoder fault")
         finished = self.batch.step()

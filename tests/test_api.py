@@ -613,6 +613,45 @@ def test_a_poison_sentence_fails_only_its_request(tmp_path: Path) -> None:
     run(main())
 
 
+POISONS = ("alpha", "beta", "gamma", "delta")
+
+
+def test_several_poison_sentences_at_once_never_stop_translation(tmp_path: Path) -> None:
+    """Four different poison sentences, four at a time and again and again: each fails only
+    its own request (its copies refused unrun, from quarantine), innocent requests keep their
+    200s, the workers are not taken for broken (the canary still translates), and the
+    service stays healthy."""
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        engine = FakeEngine(directory, step_s=0.002)
+        faults.poisons = {tuple(engine.tokenize(f"poison {name}")) for name in POISONS}
+        return FaultyEngine(engine, faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models, cache_mb=0), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            for round_ in range(8):
+                texts = [f"poison {name}" for name in POISONS]
+                texts += [f"innocent {name} {round_}" for name in "abcdefgh"]
+                responses = await asyncio.gather(
+                    *(client.post("/translate", json={"text": t}) for t in texts))
+                for text, response in zip(texts, responses, strict=True):
+                    if text.startswith("poison"):
+                        assert_error(response, 500, "translation_failed")
+                    else:
+                        assert response.status_code == 200, response.text
+                        assert response.json()["translations"][0]["text"] == text.upper()
+            assert (await client.get("/health")).status_code == 200
+            assert (await client.get("/ready")).status_code == 200
+            # Each poison failed a step once or a few times while first met, never again.
+            assert faults.steps_failed <= 4 * 4
+
+    run(main())
+
+
 def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
     faults = Faults()
 

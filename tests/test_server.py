@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import resource
 import signal
@@ -133,6 +134,44 @@ def words(n: int) -> str:
 
 
 # -- translate-serve's flags ----------------------------------------------------------------------
+
+
+# The entry point with FakeEngine bundles whose every step fails once the file argv[1] exists.
+BREAKING_SERVE = (
+    "import sys; from pathlib import Path; from service.main import serve;"
+    " from service.settings import settings_from_args; from tests.test_api import fake_factory;"
+    " from tests.faults import Faults, FaultyEngine; faults = Faults();"
+    " faults.broken_when = Path(sys.argv[1]); fake = fake_factory(step_s=0.002);"
+    " serve(settings_from_args(sys.argv[2:]), lambda d, s: FaultyEngine(fake(d, s), faults))"
+)
+
+
+def test_workers_failing_beyond_repair_make_the_process_exit(tmp_path: Path) -> None:
+    """Under compose only an exit lets the restart policy act: a service whose workers keep
+    failing (restarted with backoff, then given up) exits with status 3 instead of living on
+    answering 503."""
+    models = fake_models(tmp_path / "models", "en-de")
+    trigger = tmp_path / "broken"
+    server = ServerProcess([sys.executable, "-c", BREAKING_SERVE, str(trigger), "--model-dir",
+                            str(models), "--workers", "1"])
+    try:
+        server.wait_for("/ready")
+        assert httpx.post(server.url + "/translate", json={"text": "fine"}).status_code == 200
+        trigger.touch()
+        stop = time.monotonic() + 60
+        for i in itertools.count():  # different sentences: a copy is refused from quarantine
+            if server.process.poll() is not None or time.monotonic() > stop:
+                break
+            with contextlib.suppress(httpx.TransportError):
+                response = httpx.post(server.url + "/translate", json={"text": f"q{i}"},
+                                      timeout=5)
+                assert response.status_code in (500, 503), response.text
+            time.sleep(0.05)
+        assert server.process.wait(30) == 3, "".join(server.log)
+        assert "exiting so the service restarts" in "".join(server.log)
+    finally:
+        server.process.kill()
+        server.process.wait(10)
 
 
 def test_help_prints_the_flags_and_starts_no_server() -> None:

@@ -18,11 +18,14 @@ accepted as the listener closes (``close_listeners``).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
 import resource
 import socket
+import sys
+import termios
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +41,11 @@ log = logging.getLogger(__name__)
 # log streams, the model files while they load, onnxruntime's and Python's own. A running
 # server holds 18 (the default bundle loaded, two workers: ls /proc/PID/fd).
 RESERVED_FILES = 64
+# At the cap, a connection answered this long ago with nothing unread since may be closed for
+# a newcomer (one that never sent a request may be at once).
+EVICT_IDLE_S = 1.0
+# How long a refused connection is read and dropped before it is closed.
+LINGER_S = 2.0
 
 
 class GuardedConfig(uvicorn.Config):
@@ -80,6 +88,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # bytes came; its headers are not complete yet.
         self.expecting_request = True
         self.closing = False  # shutdown came while a request was coming: answer it, then close
+        self.lingering = False  # refused: answered, reading and dropping until the client closes
+        self.answered = False  # a response was sent on it: it may be kept alive for the next
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -125,6 +135,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.idle_since = self.loop.time()
+        self.answered = True
         super().on_response_complete()
 
     @property
@@ -133,16 +144,39 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
 
     def _make_room(self) -> bool:
-        """Close the longest-idle other connection, if the cap is really reached."""
-        open_ = [c for c in self.connections if c is not self and not c.transport.is_closing()]
+        """Close the longest-idle other connection, if the cap is really reached: one with
+        nothing unread that never sent a request, or was answered EVICT_IDLE_S ago or more. A
+        client that has just had its answer sends the next request at once, and under load
+        the loop may not have read it yet; closing that connection would drop a request
+        already sent."""
+        open_ = [c for c in self.connections if c is not self and not c.transport.is_closing()
+                 and not getattr(c, "lingering", False)]
         if len(open_) < self.max_connections:
             return True  # the excess are closing already
-        idle = [c for c in open_ if isinstance(c, GuardedHttpProtocol) and c.idle]
+        now = self.loop.time()
+        idle = [c for c in open_ if isinstance(c, GuardedHttpProtocol) and c.idle
+                and (not c.answered or now - c.idle_since >= EVICT_IDLE_S)
+                and not c.has_unread_bytes()]
         if not idle:
             return False
         min(idle, key=lambda c: c.idle_since).transport.close()
         self.metrics.connections_closed.labels("evicted").inc()
         return True
+
+    def has_unread_bytes(self) -> bool:
+        """Whether the client has sent bytes the loop has not read yet (the kernel's count)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(waiting, sys.byteorder) > 0
+
+    def data_received(self, data: bytes) -> None:
+        if not self.lingering:  # after a refusal, what the client still sends is dropped
+            super().data_received(data)
 
     def _arm_header_deadline(self) -> None:
         self.header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
@@ -174,7 +208,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                  f"content-length: {len(body)}", "connection: close"]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self.transport.write("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
-        self.transport.close()
+        # A lingering close, as web servers do: closing with the client's request unread
+        # would send a reset, which may reach the client before the answer and discard it.
+        # The write side is shut; what the client still sends is read and dropped until it
+        # closes, or for LINGER_S.
+        self.lingering = True
+        self._disarm_header_deadline()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
 
 
 class CloseWhenStoppingMiddleware:

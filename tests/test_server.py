@@ -510,6 +510,35 @@ def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_503(tmp_path: Pat
         assert closed == {"refused": 1, "evicted": 0, "header_timeout": 0}
 
 
+def test_at_the_cap_a_connection_between_requests_is_not_evicted(tmp_path: Path) -> None:
+    """A client that has just had its answer sends its next request at once; under load the
+    server may not have read it yet. Such a connection is never closed for a newcomer (which
+    gets 503, and reads it even though it sent its request straight away); only one idle for
+    a second with nothing unread is."""
+    with fake_server(tmp_path, "--max-connections", "2") as server:
+        clients = [connect(server) for _ in range(2)]
+        request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        for sock in clients:
+            sock.sendall(request)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        with connect(server) as newcomer:
+            newcomer.sendall(request)  # sent before any answer: it must not be reset
+            answer = read_until_closed(newcomer)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b'"code":"too_many_connections"' in answer
+        for sock in clients:  # both kept their connection and are served on it
+            sock.sendall(request)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        time.sleep(1.5)  # now idle for longer than EVICT_IDLE_S
+        with connect(server) as newcomer:
+            newcomer.sendall(request)
+            assert read_response(newcomer).startswith(b"HTTP/1.1 200 ")
+        for sock in clients:
+            sock.close()
+        closed = served_samples(server, "translate_http_connections_closed_total")
+        assert closed == {"refused": 1, "evicted": 1, "header_timeout": 0}
+
+
 def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
     guarded_server: ServerProcess,
 ) -> None:

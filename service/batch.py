@@ -118,7 +118,11 @@ class DecodeBatch:
             raise SourceTooLong(
                 f"{len(source_ids)} source tokens; the model accepts at most {e.max_source_tokens}"
             )
-        self.waiting.append(Sentence.start(key, source_ids, options, e.bundle.max_positions))
+        banned = None
+        if options.digits_from_source and not e.vocabulary.has_digit(source_ids):
+            banned = e.vocabulary.target_digit_ids
+        self.waiting.append(Sentence.start(key, source_ids, options, e.bundle.max_positions,
+                                           banned))
 
     def reserve_to_drain(self) -> None:
         """Room at once for the rows and the longest history the queued sentences can reach,

@@ -67,7 +67,7 @@ SUPPORTED_VERSIONS = (4, 5)  # v4 bundles are v5 bundles without the optional ke
 CACHE_INPUTS = ("self_keys", "self_values", "cross_keys", "cross_values")
 MANIFEST = "manifest.json"
 # How to decode this model well; beam size and lengths stay the server's resource policy.
-DECODING_KEYS = ("length_penalty", "max_length_ratio", "no_repeat_ngram_size")
+DECODING_KEYS = ("length_penalty", "max_length_ratio", "no_repeat_ngram_size", "digits_from_source")
 REQUIRED_KEYS = (
     "contract_version",
     "source_lang",

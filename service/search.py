@@ -24,6 +24,9 @@ class DecodeOptions:
     max_length_ratio: float = 2.0  # and at most ratio * source tokens + 10
     num_hypotheses: int = 1  # n-best, at most beam_size
     no_repeat_ngram_size: int = 0  # > 0: no n-gram of this size twice in a translation
+    # No digit in a translation of a source that has none: a model that invents one turns a
+    # number written as a word into another number ("twenty" -> "2").
+    digits_from_source: bool = True
 
     def __post_init__(self) -> None:
         if self.no_repeat_ngram_size < 0:
@@ -84,15 +87,16 @@ class Sentence:
     prefixes: list[list[int]]  # generated ids per beam
     finished: list[tuple[float, list[int]]] = field(default_factory=list)
     steps: int = 0
+    banned: list[int] = field(default_factory=list)  # target ids never generated
 
     @classmethod
     def start(cls, key: Hashable, source_ids: list[int], options: DecodeOptions,
-              max_positions: int) -> Sentence:
+              max_positions: int, banned: list[int] | None = None) -> Sentence:
         scores = np.full(options.beam_size, NEG_INF, np.float64)
         scores[0] = 0.0  # all beams start identical: only one may expand at the first step
         return cls(key, source_ids, options,
                    options.max_new_tokens(len(source_ids), max_positions), scores,
-                   [[] for _ in range(options.beam_size)])
+                   [[] for _ in range(options.beam_size)], banned=banned or [])
 
     @property
     def width(self) -> int:
@@ -193,10 +197,12 @@ def repeated_ngram_ends(prefix: Sequence[int], size: int) -> list[int]:
 
 
 def ban_repeats(sentence: Sentence, log_probs: np.ndarray) -> None:
-    """Rule out in each beam's row of ``log_probs`` (the sentence's block) every token that
-    would repeat an n-gram of the beam's prefix (``no_repeat_ngram_size``), as CTranslate2 and
-    Hugging Face do: an undertrained model's usual failure is a loop that runs to the length
-    cap."""
+    """Rule out in each beam's row of ``log_probs`` (the sentence's block) the sentence's
+    banned tokens, and every token that would repeat an n-gram of the beam's prefix
+    (``no_repeat_ngram_size``), as CTranslate2 and Hugging Face do: an undertrained model's
+    usual failure is a loop that runs to the length cap."""
+    if sentence.banned:
+        log_probs[:, sentence.banned] = NEG_INF
     size = sentence.options.no_repeat_ngram_size
     if size:
         for beam, prefix in enumerate(sentence.prefixes):

@@ -11,12 +11,26 @@ starts the source (``>>fra<<`` in Opus-MT's multilingual models). The manifest s
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
+
+_DIGIT = re.compile(r"\d")
+_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SPECIAL = re.compile(r"<[^<>]*>|>>[^<>]*<<")  # <s>, </s>, <unk>, >>fra<< write no text
+
+
+def _writes_digit(piece: str) -> bool:
+    """Whether a piece writes a digit: its text holds one, or it is the byte of one."""
+    byte = _BYTE.fullmatch(piece)
+    if byte:
+        return chr(int(byte.group(1), 16)).isdigit()
+    return not _SPECIAL.fullmatch(piece) and _DIGIT.search(piece) is not None
 
 
 class Vocabulary:
@@ -73,6 +87,24 @@ class Vocabulary:
             ids.insert(0, self._language_ids[target_lang])
         ids.append(self.eos_id)
         return ids
+
+    @functools.cached_property
+    def _source_digit_ids(self) -> frozenset[int]:
+        size = (len(self.source_pieces) if self.source_pieces is not None
+                else self.source.get_piece_size())
+        return frozenset(i for i in range(size) if _writes_digit(self.source_piece(i)))
+
+    @functools.cached_property
+    def target_digit_ids(self) -> list[int]:
+        """The target pieces that hold a digit (``DecodeOptions.digits_from_source``)."""
+        size = (len(self.target_pieces) if self.target_pieces is not None
+                else self.target.get_piece_size())
+        return [i for i in range(size) if _writes_digit(self.piece(i))]
+
+    def has_digit(self, source_ids: Sequence[int]) -> bool:
+        """Whether a source (ids from ``encode``) holds a digit."""
+        digits = self._source_digit_ids
+        return any(token in digits for token in source_ids)
 
     def source_piece(self, token: int) -> str:
         """The source piece of id ``token``."""

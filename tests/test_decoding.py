@@ -15,7 +15,14 @@ import torch
 
 from service.batch import Hole, SourceTooLong, length_groups
 from service.engine import Engine, available_cpus
-from service.search import NEG_INF, DecodeOptions, repeated_ngram_ends, top_candidates
+from service.search import (
+    NEG_INF,
+    DecodeOptions,
+    Sentence,
+    ban_repeats,
+    repeated_ngram_ends,
+    top_candidates,
+)
 from training.config import BOS_ID, EOS_ID, PAD_ID
 from training.corpus import read_tsv
 from training.export import load_checkpoint
@@ -602,3 +609,34 @@ def test_a_cleared_batch_keeps_its_buffers_and_decodes_anew(engine: Engine, pair
         results.update(batch.step())
     assert [results[i].text for i in range(3, 6)] == expected
     assert batch.cache.capacity == capacity  # the same buffers
+
+
+def test_banned_tokens_are_never_picked() -> None:
+    sentence = Sentence.start("s", [5, 6, 2], DecodeOptions(beam_size=2), 64, banned=[3, 7])
+    log_probs = np.zeros((2, 10), np.float32)
+    ban_repeats(sentence, log_probs)
+    assert (log_probs[:, [3, 7]] == NEG_INF).all()
+    assert (np.delete(log_probs, [3, 7], axis=1) == 0).all()
+
+
+def test_no_digit_is_invented_for_a_source_without_one() -> None:
+    """A source with no digit may not get one: the shipped model wrote "twenty minutes" as
+    "2 Minuten". One with digits keeps them all; ``digits_from_source=False`` turns it off."""
+    default = Path(__file__).resolve().parents[1] / "models" / "en-de"
+    engine = Engine(default, device="cpu", threads=1)
+    vocabulary = engine.vocabulary
+    digits = {vocabulary.piece(i) for i in vocabulary.target_digit_ids}
+    assert set("0123456789") <= digits and "<0x35>" in digits  # "5" and its byte
+    assert not digits & {"</s>", "<unk>", "<0x41>", "▁"}
+    batch = engine.new_batch()
+    for key, text, options, banned in [
+        ("words", "twenty minutes", DecodeOptions(), vocabulary.target_digit_ids),
+        ("digits", "20 minutes", DecodeOptions(), []),
+        ("off", "twenty minutes", DecodeOptions(digits_from_source=False), []),
+    ]:
+        batch.add(key, engine.tokenize(text), options)
+        assert batch.waiting[-1].banned == banned, key
+    sentences = ["The train to Munich is twenty minutes late.", "I have two brothers.",
+                 "My grandfather is ninety years old.", "It costs fifty euros."]
+    for translation in engine.translate(sentences, beam_size=2):
+        assert not any(char.isdigit() for char in translation.text), translation.text

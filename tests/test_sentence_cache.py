@@ -109,6 +109,7 @@ def test_the_key_holds_every_option_that_changes_the_output() -> None:
         "max_length_ratio": replace(base, max_length_ratio=1.2),
         "num_hypotheses": replace(base, num_hypotheses=2),
         "no_repeat_ngram_size": replace(base, no_repeat_ngram_size=3),
+        "digits_from_source": replace(base, digits_from_source=False),
     }
     assert set(changed) == {f.name for f in fields(DecodeOptions)}  # a new option joins here
     source = [5, 6, 7, 3]

@@ -77,6 +77,7 @@ class PipelineRequest:
     source: str | None = None
     target: str | None = None
     detect: bool = False
+    pivot: bool = True  # a pair no bundle serves may be translated through PIVOT
     key: str = ""
     single: bool = False  # one text sent as a string: its field is "text", not "text[0]"
 
@@ -87,6 +88,7 @@ class PipelineResult:
     pair: Pair
     detected: tuple[str, float] | None  # (language, confidence 0-1) when the source was detected
     request_id: str
+    via: str | None = None  # the pivot language, for a pair translated in two legs
 
 
 def request_id_of(request: Request) -> str:
@@ -208,10 +210,13 @@ def _code(language: str | None) -> str | None:
 
 def resolve_pair(state: ServiceState, request: PipelineRequest,
                  ) -> tuple[Pair, tuple[str, float] | None]:
-    """The loaded pair a request means, and the detected source with its confidence when it
-    was detected. Omitted languages are inferred when only one loaded pair fits, and default
+    """The pair a request means (a loaded one, else one two loaded bundles serve through
+    English unless the request refuses pivoting), and the detected source with its confidence
+    when it was detected. Omitted languages are inferred when only one pair fits, and default
     to en and de when several do."""
-    engines = state.engines
+    translator = state.translator
+    pivots = translator.pivots if translator is not None and request.pivot else {}
+    engines = [*state.engines, *pivots]
     source, target = _code(request.source), _code(request.target)
     detect = request.detect or source == "auto"
     if source == "auto":
@@ -228,9 +233,12 @@ def resolve_pair(state: ServiceState, request: PipelineRequest,
     if len(fits) > 1:
         wanted = (source or DEFAULT_PAIR[0], target or DEFAULT_PAIR[1])
         fits = [pair for pair in fits if pair == wanted] or fits
+    if len(fits) > 1:  # a bundle of its own beats two legs
+        fits = [pair for pair in fits if pair not in pivots] or fits
     if len(fits) == 1:
         return fits[0], detected
-    loaded = ", ".join(f"{s}-{t}" for s, t in sorted(engines)) or "none yet"
+    loaded = ", ".join(f"{s}-{t}" + (f" (via {pivots[s, t]})" if (s, t) in pivots else "")
+                       for s, t in sorted(engines)) or "none yet"
     if fits:
         raise PipelineError(
             "ambiguous_language_pair",
@@ -324,7 +332,8 @@ async def _translate(state: ServiceState, http: Request,
     except SchedulerError as exc:
         raise scheduler_error(exc, request_id) from None
     state.usage.add(client, characters)
-    return PipelineResult(results, pair, detected, request_id)
+    via = translator.pivots.get(pair) if pair not in translator.engines else None
+    return PipelineResult(results, pair, detected, request_id, via)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

@@ -37,13 +37,14 @@ from service.sentence_cache import SentenceCache, model_fingerprint, sentence_ke
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
-__all__ = ["InvalidOption", "Pair", "TextResult", "TranslateOptions", "Translator",
+__all__ = ["PIVOT", "InvalidOption", "Pair", "TextResult", "TranslateOptions", "Translator",
            "fixed_options", "pair_label"]
 
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
 FORMATS = ("text", "html")
 WARMUP_SENTENCE = "Hello world."
+PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
 
 
 @dataclass(frozen=True)
@@ -224,10 +225,10 @@ class Translator:
             if len(self.engines) != 1:
                 raise ValueError(f"several pairs are loaded ({loaded}): name one")
             return next(iter(self.engines))
-        source, target = pair
-        if (source.lower(), target.lower()) not in self.engines:
-            raise ValueError(f"no model for {source}-{target} (loaded: {loaded})")
-        return source.lower(), target.lower()
+        pair = (pair[0].lower(), pair[1].lower())
+        if pair not in self.engines and pair not in self.pivots:
+            raise ValueError(f"no model for {pair_label(pair)} (loaded: {loaded})")
+        return pair
 
     def _event_loop(self) -> _LoopThread:
         with self._loop_lock:
@@ -264,6 +265,15 @@ class Translator:
         done = await asyncio.gather(*(translate(chunk) for chunk in chunks if chunk))
         return [result for results in done for result in results]
 
+    @property
+    def pivots(self) -> dict[Pair, str]:
+        """The pairs no bundle serves that two loaded bundles do through ``PIVOT``: X->Y as
+        X->en then en->Y, as LibreTranslate serves them; the pivot language by pair."""
+        sources = {source for source, target in self.engines if target == PIVOT}
+        targets = {target for source, target in self.engines if source == PIVOT}
+        return {(source, target): PIVOT for source in sources for target in targets
+                if source != target and (source, target) not in self.engines}
+
     async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                         *, deadline: float | None = None, request_id: str = "",
                         ) -> list[TextResult]:
@@ -271,7 +281,16 @@ class Translator:
         none). Raises ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal
         before any work is done, or a failure). HTML (``format="html"``) keeps its markup:
         its text segments are translated as texts and the document rebuilt around them
-        (``service.markup``)."""
+        (``service.markup``). A pair in ``pivots`` is translated in two legs, markup and
+        untranslatables kept through both; its scores and alternatives are the second leg's,
+        and each leg's sentences are cached under that leg's own pair."""
+        if pair not in self.engines and pair in self.pivots:
+            via = self.pivots[pair]
+            first = dataclasses.replace(options, num_alternatives=0, return_scores=False)
+            middle = await self.translate(texts, (pair[0], via), first, deadline=deadline,
+                                          request_id=request_id)
+            return await self.translate([r.text for r in middle], (via, pair[1]), options,
+                                        deadline=deadline, request_id=request_id)
         if options.format == "html":
             return await self._translate_html(texts, pair, options, deadline, request_id)
         decode = self.resolve(pair, options)

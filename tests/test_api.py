@@ -390,7 +390,8 @@ def test_models_setting_picks_the_bundles_that_load(tmp_path: Path) -> None:
     async def main() -> None:
         async with serving(app) as client:
             pairs = (await client.get("/languages")).json()["pairs"]
-            assert [p["model"] for p in pairs] == ["de-en", "en-fr"]
+            loaded = [p["model"] for p in pairs if "pivot_lang" not in p]
+            assert loaded == ["de-en", "en-fr"]
 
     run(main())
     typo = fake_app(tmp_path / "typo", "en-de", models="en-fr")
@@ -471,9 +472,11 @@ def test_languages_and_pair_choice(tmp_path: Path) -> None:
             pairs = (await client.get("/languages")).json()["pairs"]
             assert [(p["source_lang"], p["target_lang"], p["model"]) for p in pairs] == [
                 ("de", "en", "de-en"),
+                ("de", "fr", "de-en+en-fr"),  # through English
                 ("en", "de", "en-de"),
                 ("en", "fr", "en-fr"),
             ]
+            assert [p.get("pivot_lang") for p in pairs] == [None, "en", None, None]
 
             async def pair_for(**langs: str) -> tuple[str, str]:
                 body = (await client.post("/translate", json={"text": "a", **langs})).json()

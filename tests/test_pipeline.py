@@ -357,3 +357,44 @@ def test_detection_in_every_api(tmp_path: Path) -> None:
             assert deepl.json()["translations"][0]["detected_source_language"] == "DE"
 
     run(main())
+
+
+def test_a_pair_served_through_english_in_every_api(tmp_path: Path) -> None:
+    """fr->de with bundles fr-en and en-de: two legs (each engine sees its own), listed as
+    pivoted, refused when the request says so, and never chosen over a bundle of its own."""
+    app = fake_app(tmp_path, "fr-en", "en-de", "de-en")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            engines = app.state.service.engines
+            native = await client.post("/translate", json={
+                "text": "<b>bonjour</b> monde https://example.org/x", "source_lang": "fr",
+                "target_lang": "de", "format": "html"})
+            assert native.status_code == 200, native.text
+            body = native.json()
+            assert body["translations"][0]["text"] == (
+                "<b>BONJOUR</b> MONDE https://example.org/x")
+            assert body["pivot_lang"] == "en"
+            # The first leg saw the source, the second the first's translation.
+            assert any("bonjour" in word for word in engines["fr", "en"].vocab)
+            assert any("BONJOUR" in word for word in engines["en", "de"].vocab)
+            refused = await client.post("/translate", json={
+                "text": "a", "source_lang": "fr", "target_lang": "de", "pivot": False})
+            assert refused.status_code == 422
+            direct = await client.post("/translate", json={"text": "a", "source_lang": "de"})
+            assert direct.json()["target_lang"] == "en" and "pivot_lang" not in direct.json()
+            libre = await client.post("/libretranslate/translate", json={
+                "q": "bonjour", "source": "fr", "target": "de"})
+            assert libre.json()["translatedText"] == "BONJOUR"
+            deepl = await client.post("/v2/translate", json={
+                "text": ["bonjour"], "source_lang": "FR", "target_lang": "DE"})
+            assert deepl.json()["translations"][0]["text"] == "BONJOUR"
+            pairs = (await client.get("/languages")).json()["pairs"]
+            pivoted = [p for p in pairs if p.get("pivot_lang")]
+            assert pivoted == [{"source_lang": "fr", "target_lang": "de",
+                                "model": "fr-en+en-de", "pivot_lang": "en"}]
+            listed = {e["code"]: e["targets"]
+                      for e in (await client.get("/libretranslate/languages")).json()}
+            assert listed["fr"] == ["de", "en"]
+
+    run(main())

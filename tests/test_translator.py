@@ -100,3 +100,31 @@ def test_large_html_is_parsed_and_rebuilt_off_the_event_loop(
     translator.translate_batch([large], format="html")
     assert threads[0] == "translator-loop"  # the loop translate_batch runs on
     assert threads[1] != "translator-loop"
+
+
+def test_a_pair_two_bundles_serve_through_english_is_two_legs(tiny_bundle: Path,
+                                                             tmp_path: Path) -> None:
+    """Bundles X->en and en->Y serve X->Y as two legs, exactly as translating twice by hand,
+    markup and untranslatables through both. (The tiny model, copied as an fr-en bundle.)"""
+    import json
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(tiny_bundle, models / "en-de")
+    shutil.copytree(tiny_bundle, models / "fr-en")
+    manifest = json.loads((models / "fr-en" / "manifest.json").read_text())
+    manifest.update(source_lang="fr", target_lang="en")
+    (models / "fr-en" / "manifest.json").write_text(json.dumps(manifest))
+    source = PAIRS[0][0]
+    with Translator.open(models, device="cpu", threads=1, workers=1) as translator:
+        assert translator.pivots == {("fr", "de"): "en"}
+        middle = translator.translate_batch([source], ("fr", "en"))[0].text
+        by_hand = translator.translate_batch([middle], ("en", "de"))[0].text
+        assert translator.translate_batch([source], ("fr", "de"))[0].text == by_hand
+        html = f'<p><a href="https://example.org/a">{source}</a> https://example.org/b</p>'
+        pivoted = translator.translate_batch([html], ("fr", "de"), format="html")[0].text
+        # Whatever the tiny model makes of the words: the tags, their attributes and the URL
+        # come back once each, in order.
+        assert pivoted.startswith('<p><a href="https://example.org/a">')
+        assert pivoted.endswith("</p>") and pivoted.count("</a>") == 1
+        assert pivoted.count("https://example.org/b") == 1

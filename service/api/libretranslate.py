@@ -123,10 +123,12 @@ async def translate(request: Request) -> JSONResponse:
 
 @router.get("/languages")
 async def languages(request: Request) -> JSONResponse:
-    """LibreTranslate's ``GET /languages``: ``[{code, name, targets}]``."""
+    """LibreTranslate's ``GET /languages``: ``[{code, name, targets}]``, the targets reached
+    through English included, as LibreTranslate lists them."""
     state: ServiceState = request.app.state.service
+    pivots = state.translator.pivots if state.translator is not None else {}
     targets: dict[str, list[str]] = {}
-    for source, target in sorted(state.engines):
+    for source, target in sorted([*state.engines, *pivots]):
         targets.setdefault(source, []).append(target)
     return JSONResponse([{"code": code, "name": _name(code), "targets": reached}
                          for code, reached in targets.items()])

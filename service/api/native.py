@@ -126,17 +126,22 @@ async def metrics(state: State) -> Response:
 @router.get(
     "/languages",
     response_model=LanguagesResponse,
+    response_model_exclude_none=True,
     dependencies=[Depends(require_api_key)],
     responses=_errors(401),
 )
 async def languages(state: State) -> LanguagesResponse:
-    """The language pairs loaded (empty while loading)."""
-    return LanguagesResponse(
-        pairs=[
-            LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
-            for (source, target), engine in sorted(state.engines.items())
-        ]
-    )
+    """The language pairs served (empty while loading): each loaded bundle's, and those two
+    bundles serve through English, marked with ``pivot_lang``."""
+    engines = state.engines
+    pairs = [LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
+             for (source, target), engine in engines.items()]
+    pivots = state.translator.pivots if state.translator is not None else {}
+    for (source, target), via in pivots.items():
+        legs = (engines[source, via].bundle.dir.name, engines[via, target].bundle.dir.name)
+        pairs.append(LanguagePair(source_lang=source, target_lang=target, model="+".join(legs),
+                                  pivot_lang=via))
+    return LanguagesResponse(pairs=sorted(pairs, key=lambda p: (p.source_lang, p.target_lang)))
 
 
 @router.post(
@@ -179,6 +184,7 @@ async def translate(
         ],
         source_lang=answer.pair[0],
         target_lang=answer.pair[1],
+        pivot_lang=answer.via,
     )
 
 
@@ -204,4 +210,5 @@ def _parse(body: bytes) -> PipelineRequest:
         format=payload.format)
     single = isinstance(payload.text, str)
     return PipelineRequest([payload.text] if single else payload.text, options,
-                           payload.source_lang, payload.target_lang, single=single)
+                           payload.source_lang, payload.target_lang, pivot=payload.pivot,
+                           single=single)

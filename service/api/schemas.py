@@ -69,6 +69,10 @@ class TranslateRequest(BaseModel):
     return_scores: bool = Field(
         False, description="Include each translation's mean log-probability per token."
     )
+    pivot: bool = Field(
+        True, description="Translate a pair no bundle serves through English (X->en->Y) when "
+        "bundles for both legs are loaded; false refuses such a pair (422)."
+    )
     format: Literal["text", "html"] = Field(
         "text", description="html: translate the text of an HTML (or XML) fragment and keep its "
         "tags, attributes, entities and whitespace; code, pre, script, style and translate=no "
@@ -97,12 +101,20 @@ class TranslateResponse(BaseModel):
     )
     source_lang: str
     target_lang: str
+    pivot_lang: str | None = Field(
+        None, description="The language translated through, for a pair no bundle serves."
+    )
 
 
 class LanguagePair(BaseModel):
     source_lang: str
     target_lang: str
-    model: str = Field(description="The bundle serving this pair.")
+    model: str = Field(description="The bundle serving this pair; for a pivoted pair, the "
+                       "two bundles joined by '+'.")
+    pivot_lang: str | None = Field(
+        None, description="The language translated through (X->en->Y), for a pair no bundle "
+        "serves; absent for a bundle's own pair."
+    )
 
 
 class LanguagesResponse(BaseModel):

@@ -41,11 +41,14 @@ log = logging.getLogger(__name__)
 # log streams, the model files while they load, onnxruntime's and Python's own. A running
 # server holds 18 (the default bundle loaded, two workers: ls /proc/PID/fd).
 RESERVED_FILES = 64
-# At the cap, a connection answered this long ago with nothing unread since may be closed for
-# a newcomer (one that never sent a request may be at once).
+# At the cap, a connection opened or answered this long ago, with nothing unread, may be closed
+# for a newcomer: 48 clients connecting at once to a cap of 40 lost 8 requests when a
+# connection opened milliseconds before, its request not yet written, could be closed.
 EVICT_IDLE_S = 1.0
-# How long a refused connection is read and dropped before it is closed.
+# How long a refused connection is read and dropped before it is closed, and how many may be
+# at once (the rest are closed at once).
 LINGER_S = 2.0
+LINGER_MAX = RESERVED_FILES // 2
 
 
 class GuardedConfig(uvicorn.Config):
@@ -89,7 +92,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.expecting_request = True
         self.closing = False  # shutdown came while a request was coming: answer it, then close
         self.lingering = False  # refused: answered, reading and dropping until the client closes
-        self.answered = False  # a response was sent on it: it may be kept alive for the next
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -135,7 +137,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.idle_since = self.loop.time()
-        self.answered = True
         super().on_response_complete()
 
     @property
@@ -144,19 +145,18 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
 
     def _make_room(self) -> bool:
-        """Close the longest-idle other connection, if the cap is really reached: one with
-        nothing unread that never sent a request, or was answered EVICT_IDLE_S ago or more. A
-        client that has just had its answer sends the next request at once, and under load
-        the loop may not have read it yet; closing that connection would drop a request
-        already sent."""
+        """Close the longest-idle other connection, if the cap is really reached: one idle
+        (opened, or last answered) EVICT_IDLE_S ago or more, with nothing unread. A client
+        that has just connected, or just had its answer, sends its request at once, and under
+        load the loop may not have read it yet (or the client not written it): closing that
+        connection would drop a request already on its way."""
         open_ = [c for c in self.connections if c is not self and not c.transport.is_closing()
                  and not getattr(c, "lingering", False)]
         if len(open_) < self.max_connections:
             return True  # the excess are closing already
         now = self.loop.time()
         idle = [c for c in open_ if isinstance(c, GuardedHttpProtocol) and c.idle
-                and (not c.answered or now - c.idle_since >= EVICT_IDLE_S)
-                and not c.has_unread_bytes()]
+                and now - c.idle_since >= EVICT_IDLE_S and not c.has_unread_bytes()]
         if not idle:
             return False
         min(idle, key=lambda c: c.idle_since).transport.close()
@@ -212,9 +212,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # would send a reset, which may reach the client before the answer and discard it.
         # The write side is shut; what the client still sends is read and dropped until it
         # closes, or for LINGER_S.
+        lingering = sum(getattr(c, "lingering", False) for c in self.connections)
         self.lingering = True
         self._disarm_header_deadline()
-        if self.transport.can_write_eof():
+        # Lingering holds a descriptor past the cap: at most LINGER_MAX at once, within the
+        # descriptors RESERVED_FILES keeps, so a flood of refusals cannot exhaust them.
+        if lingering < LINGER_MAX and self.transport.can_write_eof():
             self.transport.write_eof()
             self.loop.call_later(LINGER_S, self.transport.close)
         else:

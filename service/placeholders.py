@@ -101,6 +101,22 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
     return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found, half
 
 
+_ADDRESS = regex.compile(rf"(?:{_URL}|{_EMAIL})$")
+_GLUED_BEFORE = regex.compile(r"[\w.,;:!?]")
+
+
+def _apart(item: str, marker: regex.Match) -> str:
+    """A URL or e-mail address put where the model wrote its marker, with a space between it
+    and a word or punctuation the model glued to the marker ("{15};{16}"): glued, two
+    addresses read as one. Placeholders keep their place as written ("Datei{0}")."""
+    if not _ADDRESS.match(item):
+        return item
+    text, start, end = marker.string, marker.start(), marker.end()
+    before = " " if start and _GLUED_BEFORE.match(text[start - 1]) else ""
+    after = " " if end < len(text) and regex.match(r"\w", text[end]) else ""
+    return f"{before}{item}{after}"
+
+
 @dataclass(frozen=True)
 class Restored:
     """A translation with every item back: ``by_model`` are the indices of the items whose
@@ -147,7 +163,7 @@ class Protected:
                     return _SURPLUS
                 if index not in by_model:
                     by_model.append(index)
-                    return self.items[index]
+                    return _apart(self.items[index], match)
                 seen = self.items[index]  # a copy: fine if it stands for a twin item
             elif seen not in self.items:
                 return seen  # the model's own number, URL, ...: not ours to judge

@@ -213,3 +213,13 @@ def test_thousands_of_items_come_back_exactly_once() -> None:
     for item in set(items):
         assert restored.count(item) >= items.count(item), item
     assert len(restored.split()) == len(items)
+
+
+def test_addresses_the_model_glued_together_come_back_apart() -> None:
+    """A model given many markers glues them to each other and to punctuation ("{0};{1}");
+    two addresses put back glued read as one. Placeholders stay where the model put them."""
+    protected = protect("see https://d.io/c1 and https://bub.org/r86 or gs@uqo.com")
+    restored = protected.restore("siehe {0};{1}.{2}und").text
+    assert restored == "siehe https://d.io/c1; https://bub.org/r86. gs@uqo.com und"
+    assert protect("File %s saved").restore("Datei{0} gespeichert").text == (
+        "Datei%s gespeichert")

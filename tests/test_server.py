@@ -28,7 +28,7 @@ import pytest
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.connections import close_listeners
+from service.connections import EVICT_IDLE_S, close_listeners
 from service.settings import settings_from_args
 from tests.test_api import fake_models, free_port
 
@@ -545,6 +545,9 @@ def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
     idle = [connect(guarded_server) for _ in range(OPEN_FILES + 50)]
     slow = [connect(guarded_server) for _ in range(50)]
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    # A connection is closed for a newcomer only once it has been idle for EVICT_IDLE_S: one
+    # opened just now may still be about to send its request.
+    time.sleep(EVICT_IDLE_S + 0.1)
     stop = threading.Event()
 
     def dribble() -> None:  # one byte at a time to each slow connection
@@ -564,7 +567,7 @@ def test_more_idle_and_slow_connections_than_files_do_not_lock_out_a_client(
         waited = time.monotonic() - started
         assert response.status_code == 200
         assert response.json()["translations"][0]["text"] == "HELLO THERE"
-        assert waited < 1.5  # room was made at once, not after the 2 s header deadline
+        assert waited < 0.5  # room was made at once, not at the header deadline
     finally:
         stop.set()
         dribbler.join()

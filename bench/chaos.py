@@ -1,27 +1,48 @@
 """Reliability under abuse: a bounded run of the ways a service in production gets hurt.
 
-Phases, each about ``--seconds`` long, against one server:
+Phases, each about ``--seconds`` long, against one server (phases that need other settings get
+a server of their own, started beside it and stopped after):
 
 1. capacity: 64 clients, one sentence a request, as fast as answers come (sentences/s);
 2. overload: requests arriving at 3x that rate (open loop: arrivals do not wait for answers);
+   200, 429 (queue full) and 503 (event loop lagging) counted apart;
 3. the largest request the limits allow (MAX_REQUEST_SENTENCES sentences) beside 8 clients
    sending one sentence at a time;
 4. slow clients: idle connections and connections sending their request a byte a second,
    while 4 normal clients send requests;
-5. an injected decoder fault (``--faults``, only on a server this script starts: it serves
+5. html: 4 clients sending ``format: html`` documents of ~48,000 characters (paragraphs,
+   headings, links, bold, lists, built from held-out sentences; on a server of its own with
+   MAX_CHARS=50000 and REQUEST_TIMEOUT_S=120), while a probe GETs /health and /ready every
+   100 ms, on a new connection each time as the kubelet does: the probes' latency, and how
+   many took over 100 ms and over 2 s (the readiness probe's timeoutSeconds in
+   deploy/k8s/base/deployment.yaml; the liveness probe's is 5 s);
+6. untranslatables: a client sending 5 texts of ~650 URLs, e-mail addresses and numbers
+   each (within MAX_CHARS and MAX_REQUEST_CHARS), every answer checked: each item must come
+   back exactly as often as sent (counted by regex over input and output, as a reader or a
+   linkifier would take them apart: an item glued to the next, ``https://a.io/x1;42``, is one
+   lost and another invented; how many of the lost are still there as substrings is told);
+7. an injected decoder fault (``--faults``, only on a server this script starts: it serves
    through ``tests/faults.py``'s engine wrapper, which fails every step with one chosen
    sentence in the batch; the service itself has no switch for it): 16 clients, every tenth
    request carries that sentence;
-6. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
-   second, until the server exits.
+8. poison (``--faults``): waves of 4 different poison sentences at once (each fails any step
+   it is in; a fresh four each wave while the 64 last, then the same again), beside 16
+   clients sending innocent sentences: the innocents' statuses, the poisons', the longest
+   gap between two innocent answers, and /health and /ready probed every 100 ms;
+9. conncap: a server of its own with MAX_CONNECTIONS=40, and 48 closed-loop clients, each
+   on its own kept-alive connection (waiting Retry-After, at most 1 s, after a 503): the
+   server's ``translate_http_connections_closed_total`` by reason from /metrics after;
+10. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
+    second, until the server exits.
 
 For each phase: the responses by status, lost requests (sent, and no HTTP answer came: a
-connection reset or a client timeout), the 200s' median and p99 latency, and the server's
-resident memory after it (on a server this script starts). It prints figures and asserts
-nothing.
+connection reset or a client timeout), connections refused, the 200s' median and p99 latency,
+and the resident memory of the server the phase ran on, after it (on a server this script
+starts). It prints figures and asserts nothing. The generator raises its own open-file limit
+to the hard limit, so that no request is lost to the generator's own EMFILE.
 
     python bench/chaos.py                          # starts a server from MODEL_DIR
-    python bench/chaos.py --faults --seconds 10    # also the injected fault
+    python bench/chaos.py --faults --seconds 10    # also the injected faults
     python bench/chaos.py --url http://localhost:8000 --skip sigterm
     python bench/chaos.py --env MAX_QUEUE=256 --skip largest   # a queue that fills in seconds
 """
@@ -31,9 +52,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
+import re
+import resource
 import signal
 import statistics
 import sys
@@ -55,7 +79,31 @@ from load import DEFAULT_TESTS, ROOT, Server, read_sentences
 from service.text import estimate_sentences
 
 POISON = "The chaos monkey breaks this very sentence."
-PHASES = ("capacity", "overload", "largest", "slow", "fault", "sigterm")
+# The poison phase's sentences, four a wave: words only (digits would be masked as
+# untranslatables, and the server would tokenize another sentence than the one registered).
+_ANIMALS = ("monkey", "badger", "heron", "otter", "weasel", "magpie", "ferret", "raven")
+_THINGS = ("kettle", "lantern", "ledger", "compass", "bridge", "harbour", "orchard", "tower")
+POISONS = [f"The {animal} quietly ruins the {thing} again." for animal in _ANIMALS
+           for thing in _THINGS]
+PHASES = ("capacity", "overload", "largest", "slow", "html", "untranslatables", "fault",
+          "poison", "conncap", "sigterm")
+# Settings of the server a phase runs on, when they differ from the main server's.
+# html: a 48,000-character document is ~10 s of a shared 2-core machine's decoding, four at
+# once ~40 s, past the default 30 s deadline; the phase is about the probes, not the deadline.
+PHASE_ENV = {"html": {"MAX_CHARS": "50000", "REQUEST_TIMEOUT_S": "120"},
+             "conncap": {"MAX_CONNECTIONS": "40"}}
+HTML_CHARS = 48_000  # below MAX_CHARS and MAX_REQUEST_CHARS (50,000)
+HTML_SENTENCES = 440  # below MAX_REQUEST_SENTENCES (512), as the server estimates them
+ITEM_CHARS = 9_900  # a text of URLs, e-mail addresses and numbers, below MAX_CHARS (10,000)
+_CLOSED = re.compile(r'^translate_http_connections_closed_total\{reason="([^"]+)"\} (\S+)$',
+                     re.MULTILINE)
+# Items the service must leave alone, as the untranslatables phase writes them. Independent
+# of service/placeholders.py: a URL ends before trailing punctuation and whitespace.
+_ITEMS = re.compile(
+    r"https?://[^\s<>\"]+?(?=[.,;:!?)\"]*(?:\s|$))"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+    r"|(?<![\w.,/@-])\d+(?![\w@])"
+)
 
 
 @dataclass
@@ -64,6 +112,7 @@ class Tally:
     statuses: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     lost: Counter[str] = field(default_factory=Counter)
+    codes: Counter[str] = field(default_factory=Counter)  # error codes of the non-200s
     refused: int = 0  # connections not accepted (no request was sent)
     seconds: float = 0.0
     note: str = ""
@@ -82,34 +131,110 @@ class Tally:
         lost = sum(self.lost.values())
         detail = f" ({', '.join(f'{k} {v}' for k, v in self.lost.items())})" if lost else ""
         refused = f", {self.refused} refused connections" if self.refused else ""
-        return (f"{self.phase:<9} {self.seconds:>5.1f} s  {statuses:<24} lost {lost}{detail}"
+        return (f"{self.phase:<15} {self.seconds:>5.1f} s  {statuses:<24} lost {lost}{detail}"
                 f"{refused}  p50 {p50} ms  p99 {p99} ms  {memory}  {self.note}").rstrip()
 
 
-async def post(client: aiohttp.ClientSession, tally: Tally, payload: dict) -> int | None:
+def counted(counter: Counter[str]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(counter.items())) or "-"
+
+
+async def exchange(client: aiohttp.ClientSession, tally: Tally, payload: dict
+                   ) -> tuple[int, bytes, float] | None:
+    """POST /translate: (status, body, Retry-After) or None when no answer came."""
     started = time.perf_counter()
     try:
         async with client.post("/translate", json=payload) as response:
-            await response.read()
+            body = await response.read()
     except aiohttp.ClientConnectorError:
         tally.refused += 1
         return None
     except (aiohttp.ClientError, TimeoutError) as exc:
-        tally.lost[type(exc).__name__] += 1
+        kind = type(exc).__name__
+        if isinstance(exc, aiohttp.ClientOSError):  # which: the reset, the write, ...
+            message = str(exc).removeprefix(f"[Errno {exc.errno}] ").split(" for http")[0]
+            kind += f" ({message[:40]})"
+        tally.lost[kind] += 1
         return None
     tally.record(response.status, time.perf_counter() - started)
-    return response.status
+    if response.status != 200:
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            tally.codes[json.loads(body)["error"]["code"]] += 1
+    try:
+        retry_after = float(response.headers.get("Retry-After", 0))
+    except ValueError:
+        retry_after = 0.0
+    return response.status, body, retry_after
+
+
+async def post(client: aiohttp.ClientSession, tally: Tally, payload: dict) -> int | None:
+    answer = await exchange(client, tally, payload)
+    return answer[0] if answer else None
 
 
 async def closed_loop(client, tally: Tally, texts: list[str], clients: int, until: float,
-                      pick=None) -> None:
+                      pick=None, answered: list[float] | None = None,
+                      options: dict | None = None) -> None:
     async def one(seed: int) -> None:
         pool = random.Random(seed)
         while time.monotonic() < until:
             text = pick(pool) if pick else pool.choice(texts)
-            await post(client, tally, {"text": text})
+            status = await post(client, tally, {"text": text, **(options or {})})
+            if status == 200 and answered is not None:
+                answered.append(time.monotonic())
 
     await asyncio.gather(*(one(i) for i in range(clients)))
+
+
+class Probe:
+    """GET /health and /ready every ``every`` seconds, each on a new connection (as the kubelet
+    probes), until stopped; their statuses and latencies."""
+
+    def __init__(self, url: str, every: float = 0.1) -> None:
+        self.url = url
+        self.every = every
+        self.statuses: dict[str, Counter[str]] = {"/health": Counter(), "/ready": Counter()}
+        self.latencies: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=10)
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(self.url, timeout=timeout,
+                                         connector=connector) as client:
+            due = time.monotonic()
+            while True:
+                for path in self.statuses:
+                    started = time.perf_counter()
+                    try:
+                        async with client.get(path) as response:
+                            await response.read()
+                        outcome = str(response.status)
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        outcome = type(exc).__name__
+                    self.latencies.append(time.perf_counter() - started)
+                    self.statuses[path][outcome] += 1
+                due += self.every
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+    def __enter__(self) -> Probe:
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def summary(self) -> str:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return "no probes"
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        over = sum(t > 0.1 for t in ordered), sum(t > 2 for t in ordered)
+        statuses = "; ".join(f"{path} {counted(c)}" for path, c in self.statuses.items())
+        return (f"probes {statuses}: p50 {1000 * statistics.median(ordered):.0f} ms, "
+                f"p99 {1000 * p99:.0f} ms, max {1000 * ordered[-1]:.0f} ms, "
+                f"{over[0]} over 100 ms, {over[1]} over 2 s")
 
 
 async def capacity(client, texts: list[str], seconds: float) -> tuple[Tally, float]:
@@ -137,7 +262,9 @@ async def overload(client, texts: list[str], seconds: float, rate: float) -> Tal
     sent = len(tasks)
     await asyncio.gather(*tasks)
     tally.seconds = time.monotonic() - started
-    tally.note = f"{rate:.0f} requests/s meant, {sent / seconds:.0f} sent"
+    shed = ", ".join(f"{status} {tally.statuses[status]}" for status in ("200", "429", "503"))
+    codes = f" ({counted(tally.codes)})" if tally.codes else ""
+    tally.note = f"{rate:.0f} requests/s meant, {sent / seconds:.0f} sent; {shed}{codes}"
     return tally
 
 
@@ -210,6 +337,151 @@ async def slow(client, url: str, texts: list[str], seconds: float, idle: int,
     return tally
 
 
+def html_document(sentences: list[str], pool: random.Random, chars: int = HTML_CHARS,
+                  most_sentences: int = HTML_SENTENCES) -> str:
+    """A web page's body of held-out sentences: headings, paragraphs with links and bold
+    words, and lists; at most ``chars`` characters and ``most_sentences`` sentences (as the
+    server estimates them from the text)."""
+    parts: list[str] = []
+    length = count = 0
+
+    def sentence() -> str:
+        return pool.choice(sentences)
+
+    def linked(text: str) -> str:
+        words = text.split(" ")
+        if len(words) < 4:
+            return f'<span class="s">{text}</span>'
+        i = pool.randrange(len(words) - 2)
+        span = " ".join(words[i:i + 2])
+        if pool.random() < 0.6:
+            href = (f"https://www.example.org/{pool.choice(('docs', 'news', 'help'))}/"
+                    f"{pool.randrange(10**6)}?utm_source=newsletter&amp;lang=en#section-{i}")
+            span = (f'<a href="{href}" class="inline-link" rel="noopener" '
+                    f'target="_blank">{span}</a>')
+        else:
+            span = f"<b>{span}</b>"
+        return f'<span class="s">{" ".join([*words[:i], span, *words[i + 2:]])}</span>'
+
+    while True:
+        kind = pool.random()
+        if kind < 0.1:
+            chosen = [sentence()]
+            block = f'<h2 id="s{len(parts)}">{chosen[0].rstrip(".")}</h2>\n'
+        elif kind < 0.3:
+            chosen = [sentence() for _ in range(pool.randint(3, 5))]
+            items = "".join(f"  <li>{linked(s)}</li>\n" for s in chosen)
+            block = f'<ul class="list">\n{items}</ul>\n'
+        else:
+            chosen = [sentence() for _ in range(pool.randint(2, 4))]
+            block = f'<p class="body">{" ".join(linked(s) for s in chosen)}</p>\n'
+        estimated = sum(map(estimate_sentences, chosen))
+        if length + len(block) > chars or count + estimated > most_sentences:
+            return '<div class="article">\n' + "".join(parts) + "</div>"
+        parts.append(block)
+        length += len(block)
+        count += estimated
+
+
+async def html(client, url: str, texts: list[str], seconds: float) -> Tally:
+    tally = Tally("html")
+    pool = random.Random(5)
+    documents = [html_document(texts, pool) for _ in range(8)]
+    started = time.monotonic()
+    with Probe(url) as probe:
+        await closed_loop(client, tally, [], 4, started + seconds,
+                          pick=lambda p: documents[p.randrange(len(documents))],
+                          options={"format": "html"})
+    tally.seconds = time.monotonic() - started
+    size = statistics.mean(map(len, documents))
+    tally.note = f"documents of {size:,.0f} characters; {probe.summary()}"
+    return tally
+
+
+def untranslatable_text(pool: random.Random, chars: int = ITEM_CHARS) -> tuple[str, int]:
+    """A text of URLs, e-mail addresses and numbers with a few words between them, within
+    ``chars``; and how many items it holds."""
+    def letters(low: int, high: int) -> str:
+        return "".join(pool.choice("abcdefghijklmnopqrstuvwxyz")
+                       for _ in range(pool.randint(low, high)))
+
+    def item() -> str:
+        roll = pool.random()
+        if roll < 0.5:
+            return (f"https://{letters(1, 3)}.{pool.choice(('io', 'de', 'org'))}/"
+                    f"{letters(1, 1)}{pool.randrange(100)}")
+        if roll < 0.65:
+            return f"{letters(2, 4)}@{letters(1, 3)}.{pool.choice(('de', 'com'))}"
+        return str(pool.randrange(1, 100_000))
+
+    openers = ("See", "Mirrors:", "Write to", "Links:", "Also")
+    text, items = "", 0
+    while True:
+        sentence = [pool.choice(openers)]
+        for _ in range(pool.randint(10, 25)):
+            sentence.append(item() + pool.choice((",", ",", "", " and", " or", ";")))
+        words = " ".join(sentence).rstrip(",;") + "."
+        line = f"{text} {words}" if text else words
+        if len(line) > chars:
+            return text, items
+        text = line
+        items += len(sentence) - 1
+
+
+def substrings(item: str, text: str) -> int:
+    """How often ``item`` stands in ``text``, glued to anything but a longer number."""
+    before = r"(?<!\d)" if item[0].isdigit() else ""
+    after = r"(?!\d)" if item[-1].isdigit() else ""
+    return len(re.findall(before + re.escape(item) + after, text))
+
+
+async def untranslatables(client, seconds: float, clients: int, texts: int = 5) -> Tally:
+    """Requests of ``texts`` texts packed with URLs, e-mail addresses and numbers; each answer
+    must hold every item exactly as often as the request did."""
+    tally = Tally("untranslatables")
+    sent = Counter()  # items in the requests that were answered with 200
+    lost = Counter()
+    invented = Counter()
+    glued = 0  # of the lost, items still in the output as substrings (glued to a neighbour)
+    wrong = 0  # answers with any item lost or invented
+    items_per_text: list[int] = []
+
+    async def one(seed: int) -> None:
+        nonlocal wrong, glued
+        pool = random.Random(seed)
+        while time.monotonic() < until:
+            made = [untranslatable_text(pool) for _ in range(texts)]
+            items_per_text.extend(n for _, n in made)
+            request = [text for text, _ in made]
+            answer = await exchange(client, tally, {"text": request})
+            if answer is None or answer[0] != 200:
+                continue
+            outputs = [t["text"] for t in json.loads(answer[1])["translations"]]
+            for source, output in zip(request, outputs, strict=True):
+                before = Counter(m.group() for m in _ITEMS.finditer(source))
+                after = Counter(m.group() for m in _ITEMS.finditer(output))
+                sent.update(before)
+                missing, extra = before - after, after - before
+                glued += sum(min(n, substrings(item, output) - after[item])
+                             for item, n in missing.items())
+                lost.update(missing)
+                invented.update(extra)
+                wrong += bool(missing or extra)
+
+    started = time.monotonic()
+    until = started + seconds
+    await asyncio.gather(*(one(1000 + i) for i in range(clients)))
+    tally.seconds = time.monotonic() - started
+    per_text = statistics.mean(items_per_text) if items_per_text else 0
+    examples = ", ".join(list(lost)[:2] + list(invented)[:2])
+    tally.note = (f"{texts} texts of ~{per_text:.0f} items a request; "
+                  f"{sum(sent.values())} items answered: {sum(lost.values())} lost "
+                  f"({glued} of them there but glued to a neighbour), "
+                  f"{sum(invented.values())} invented, {wrong} texts not intact"
+                  + (f" (e.g. {examples})" if examples else ""))
+    return tally
+
+
 async def fault(client, texts: list[str], seconds: float) -> Tally:
     tally = Tally("fault")
     poisoned = Tally("poisoned")
@@ -230,6 +502,83 @@ async def fault(client, texts: list[str], seconds: float) -> Tally:
         ready_status = ready.status
     statuses = " ".join(f"{k}:{v}" for k, v in sorted(poisoned.statuses.items()))
     tally.note = f"poisoned requests: {statuses}; /ready {ready_status} after"
+    return tally
+
+
+async def poison(client, url: str, texts: list[str], seconds: float) -> Tally:
+    """Waves of four different poison sentences at once beside 16 innocent clients."""
+    tally = Tally("poison")
+    poisoned = Tally("poisoned")
+    answered: list[float] = []
+    waves = 0
+
+    async def poisoner() -> None:
+        nonlocal waves
+        while time.monotonic() < until:
+            first = 4 * waves % len(POISONS)
+            wave = POISONS[first:first + 4]
+            waves += 1
+            await asyncio.gather(*(post(client, poisoned, {"text": s}) for s in wave))
+            await asyncio.sleep(0.1)
+
+    started = time.monotonic()
+    until = started + seconds
+    with Probe(url) as probe:
+        await asyncio.gather(poisoner(), closed_loop(client, tally, texts, 16, until,
+                                                     answered=answered))
+    tally.seconds = time.monotonic() - started
+    marks = [started, *sorted(answered)]
+    gap = max((b - a for a, b in itertools.pairwise(marks)), default=tally.seconds)
+    codes = f" ({counted(poisoned.codes)})" if poisoned.codes else ""
+    lost = sum(poisoned.lost.values())
+    tally.note = (f"{waves} waves of 4 ({min(4 * waves, len(POISONS))} different poisons): "
+                  f"{counted(poisoned.statuses)}{codes}, {lost} lost; longest gap between "
+                  f"innocent answers {1000 * gap:.0f} ms; {probe.summary()}")
+    return tally
+
+
+async def conncap(url: str, texts: list[str], seconds: float, clients: int,
+                  client_timeout: float) -> Tally:
+    """Closed-loop clients, each on its own kept-alive connection, more than MAX_CONNECTIONS."""
+    tally = Tally("conncap")
+    timeout = aiohttp.ClientTimeout(total=client_timeout)
+    sessions = [aiohttp.ClientSession(url, timeout=timeout,
+                                      connector=aiohttp.TCPConnector(limit=1))
+                for _ in range(clients)]
+
+    lost_at: list[float] = []  # seconds into the phase
+
+    async def one(session: aiohttp.ClientSession, seed: int) -> None:
+        pool = random.Random(seed)
+        while time.monotonic() < until:
+            lost, sent_at = sum(tally.lost.values()), time.monotonic() - started
+            answer = await exchange(session, tally, {"text": pool.choice(texts)})
+            if sum(tally.lost.values()) > lost:
+                lost_at.append(sent_at)
+            if answer is None:
+                await asyncio.sleep(0.05)
+            elif answer[0] in (429, 503):
+                await asyncio.sleep(min(answer[2] or 0.1, 1.0))
+
+    started = time.monotonic()
+    until = started + seconds
+    try:
+        await asyncio.gather(*(one(s, i) for i, s in enumerate(sessions)))
+    finally:
+        for session in sessions:
+            await session.close()
+    tally.seconds = time.monotonic() - started
+    closed = "?"
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with aiohttp.ClientSession(url, timeout=timeout) as session, \
+                session.get("/metrics") as response:
+            found = _CLOSED.findall(await response.text())
+            closed = " ".join(f"{reason}:{float(v):.0f}" for reason, v in found) or "-"
+    codes = f" ({counted(tally.codes)})" if tally.codes else ""
+    when = (f"; the lost sent {min(lost_at):.2f}-{max(lost_at):.2f} s into the phase"
+            if lost_at else "")
+    tally.note = (f"{clients} clients, MAX_CONNECTIONS 40; non-200{codes}; server closed "
+                  f"connections: {closed}{when}")
     return tally
 
 
@@ -259,8 +608,17 @@ def memory(server: Server | None) -> str:
     return f"rss {measured[0]:.0f} MiB (peak {measured[1]:.0f})" if measured else ""
 
 
+def start_server(args: argparse.Namespace, extra: dict[str, str] | None = None) -> Server:
+    command = [str(Path(__file__).resolve()), "--serve-with-faults"] if args.faults else None
+    env = dict(item.split("=", 1) for item in args.env)
+    server = Server({"MODEL_DIR": str(args.model_dir), **env, **(extra or {})}, command)
+    server.wait_ready()
+    return server
+
+
 async def run(args: argparse.Namespace, url: str, server: Server | None) -> None:
-    texts = [s for s in read_sentences(args.test) if len(s.split()) <= 20]
+    sentences = read_sentences(args.test)
+    texts = [s for s in sentences if len(s.split()) <= 20]
     timeout = aiohttp.ClientTimeout(total=args.client_timeout)
     # No connection limit: the overload phase needs its connections. Idle ones are closed
     # before the server's keep-alive timeout (5 s) can close them under a new request.
@@ -270,30 +628,64 @@ async def run(args: argparse.Namespace, url: str, server: Server | None) -> None
         for phase in PHASES:
             if phase in args.skip:
                 continue
-            if phase in ("fault", "sigterm") and server is None:
-                print(f"{phase:<9} skipped: needs a server this script starts")
+            if phase in ("fault", "poison", "sigterm", *PHASE_ENV) and server is None:
+                print(f"{phase:<15} skipped: needs a server this script starts")
                 continue
-            if phase == "fault" and not args.faults:
-                print("fault     skipped: run with --faults (a server serving through "
+            if phase in ("fault", "poison") and not args.faults:
+                print(f"{phase:<15} skipped: run with --faults (a server serving through "
                       "tests/faults.py; the service has no fault switch of its own)")
                 continue
-            if phase == "capacity":
-                tally, rate = await capacity(client, texts, args.seconds)
-            elif phase == "overload":
-                if rate is None:
-                    _, rate = await capacity(client, texts, args.seconds)
-                tally = await overload(client, texts, args.seconds, 3 * rate)
-            elif phase == "largest":
-                tally = await largest(client, texts, args.seconds, args.max_sentences,
-                                      args.texts)
-            elif phase == "slow":
-                tally = await slow(client, url, texts, args.seconds, args.idle, args.trickling)
-            elif phase == "fault":
-                tally = await fault(client, texts, args.seconds)
-            else:
-                assert server is not None
-                tally = await sigterm(client, texts, server)
-            print(tally.line(memory(server)), flush=True)
+            own = None
+            if phase in PHASE_ENV:  # a server of its own, beside the main one
+                own = await asyncio.to_thread(start_server, args, PHASE_ENV[phase])
+            try:
+                tally = await run_phase(phase, args, client, url, server, own, texts,
+                                        sentences, rate)
+                if phase == "capacity":
+                    tally, rate = tally
+                print(tally.line(memory(own or server)), flush=True)
+            finally:
+                if own is not None:
+                    await asyncio.to_thread(own.stop)
+
+
+async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
+                    server: Server | None, own: Server | None, texts: list[str],
+                    sentences: list[str], rate: float | None):
+    if phase == "capacity":
+        return await capacity(client, texts, args.seconds)
+    if phase == "overload":
+        if rate is None:
+            _, rate = await capacity(client, texts, args.seconds)
+        return await overload(client, texts, args.seconds, 3 * rate)
+    if phase == "largest":
+        return await largest(client, texts, args.seconds, args.max_sentences, args.texts)
+    if phase == "slow":
+        return await slow(client, url, texts, args.seconds, args.idle, args.trickling)
+    if phase == "html":
+        assert own is not None
+        timeout = aiohttp.ClientTimeout(total=args.client_timeout)
+        async with aiohttp.ClientSession(own.url, timeout=timeout) as html_client:
+            return await html(html_client, own.url, sentences, args.seconds)
+    if phase == "untranslatables":
+        return await untranslatables(client, args.seconds, args.item_clients)
+    if phase == "fault":
+        return await fault(client, texts, args.seconds)
+    if phase == "poison":
+        return await poison(client, url, texts, args.seconds)
+    if phase == "conncap":
+        assert own is not None
+        return await conncap(own.url, texts, args.seconds, 48, args.client_timeout)
+    assert server is not None
+    return await sigterm(client, texts, server)
+
+
+def raise_open_file_limit() -> None:
+    """The generator's own soft open-file limit up to the hard one: the overload phase's
+    connections and the slow phase's sockets must not fail here with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,7 +697,7 @@ def main(argv: list[str] | None = None) -> None:
                         default=next((p for p in DEFAULT_TESTS if p.is_file()), DEFAULT_TESTS[-1]))
     parser.add_argument("--seconds", type=float, default=15, help="length of each phase")
     parser.add_argument("--faults", action="store_true",
-                        help="serve through tests/faults.py and run the fault phase")
+                        help="serve through tests/faults.py and run the fault and poison phases")
     parser.add_argument("--skip", default="", help=f"comma-separated phases of {PHASES}")
     parser.add_argument("--max-sentences", type=int,
                         default=int(os.environ.get("MAX_REQUEST_SENTENCES", 512)))
@@ -313,24 +705,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=int, default=300, help="idle sockets in the slow phase")
     parser.add_argument("--trickling", type=int, default=300,
                         help="sockets sending a byte a second in the slow phase")
+    parser.add_argument("--item-clients", type=int, default=1,
+                        help="clients in the untranslatables phase")
     parser.add_argument("--client-timeout", type=float, default=60)
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting for the server this script starts (e.g. MAX_QUEUE=256)")
+                        help="a setting for the servers this script starts (e.g. MAX_QUEUE=256)")
     parser.add_argument("--serve-with-faults", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_with_faults:
         serve_with_faults()
         return
     args.skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    unknown = args.skip - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases in --skip: {', '.join(sorted(unknown))}")
+    raise_open_file_limit()
     server = None
     url = args.url
     if url is None:
-        command = [str(Path(__file__).resolve()), "--serve-with-faults"] if args.faults else None
-        env = dict(item.split("=", 1) for item in args.env)
-        server = Server({"MODEL_DIR": str(args.model_dir), **env}, command)
-        server.wait_ready()
+        server = start_server(args)
         url = server.url
-    print(f"{'phase':<9} {'time':>7}  {'responses by status':<28} lost ...")
+    print(f"{'phase':<15} {'time':>7}  {'responses by status':<28} lost ...")
     try:
         asyncio.run(run(args, url, server))
     finally:
@@ -340,7 +735,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def serve_with_faults() -> None:
     """The service, configured from the environment as ``translate-serve`` is, whose engines
-    fail every decoder step while POISON is in the batch (a test mode: tests/faults.py)."""
+    fail every decoder step while POISON, or one of POISONS, is in the batch (a test mode:
+    tests/faults.py)."""
     from service.loading import default_engine
     from service.main import create_app, server_for
     from service.settings import Settings
@@ -352,6 +748,7 @@ def serve_with_faults() -> None:
     def factory(directory: Path, settings: Settings) -> FaultyEngine:
         engine = default_engine(directory, settings)
         faults.poison = tuple(engine.tokenize(POISON))
+        faults.poisons = {tuple(engine.tokenize(s)) for s in POISONS}
         return FaultyEngine(engine, faults)
 
     server_for(create_app(settings, engine_factory=factory), settings).run()

@@ -101,14 +101,16 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
     return regex.compile("|".join(f"(?:{kind})" for kind in kinds)), found, half
 
 
-_ADDRESS = regex.compile(rf"(?:{_URL}|{_EMAIL})$")
+_ADDRESS = regex.compile(rf"(?:{_URL}|{_EMAIL}|{_NUMBER})$")
 _GLUED_BEFORE = regex.compile(r"[\w.,;:!?]")
 
 
 def _apart(item: str, marker: regex.Match) -> str:
-    """A URL or e-mail address put where the model wrote its marker, with a space between it
-    and a word or punctuation the model glued to the marker ("{15};{16}"): glued, two
-    addresses read as one. Placeholders keep their place as written ("Datei{0}")."""
+    """A URL, e-mail address or number put where the model wrote its marker, with a space
+    between it and a word or punctuation the model glued to the marker ("{15};{16}"): glued,
+    two addresses read as one, and a number runs into the one before ("3;5"). None of them
+    stood glued in the source (a number inside a word is no item). Placeholders keep their
+    place as written ("Datei{0}")."""
     if not _ADDRESS.match(item):
         return item
     text, start, end = marker.string, marker.start(), marker.end()

@@ -13,6 +13,7 @@
                              [--no-parity]
     translate-train fp16     BUNDLE   (add the fp16 graphs for CUDA to an existing bundle)
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
+    translate-train corpus   --target de --out runs/corpus/en-de [--sources a,b] [--debs DIR]
 
 Every subcommand takes ``--config FILE.toml`` and repeated ``--set section.field=value``.
 """
@@ -145,6 +146,19 @@ def _evaluate(args: argparse.Namespace, config: Config) -> None:
     print(json.dumps(result, indent=2, default=str))
 
 
+def _corpus(args: argparse.Namespace, config: Config) -> None:
+    from training.recipe import DEFAULT_RECIPE, build_corpus, format_report
+
+    sources = [s for s in args.sources.split(",") if s] if args.sources else None
+    try:
+        report = build_corpus(args.target, args.out, sources=sources,
+                              recipe=args.recipe or DEFAULT_RECIPE, cache=args.cache,
+                              debs=args.debs, lists=args.lists)
+    except ValueError as exc:
+        raise SystemExit(f"corpus: {exc}") from exc
+    print(format_report(report))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE.toml", help="configuration file")
@@ -266,6 +280,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also score each corpus file's share (the --config's data.sources) "
                    "and each of its data.domains")
     p.set_defaults(run=_evaluate)
+    p = commands.add_parser(
+        "corpus", parents=[common],
+        help="rebuild a training corpus (one TSV per source) from Debian packages")
+    p.add_argument("--target", required=True, help="target language code: de, fr, es, ...")
+    p.add_argument("--out", required=True, help="folder for {source}.tsv.xz, report.json and "
+                   "PROVENANCE.md, e.g. runs/corpus/en-de")
+    p.add_argument("--sources", default="",
+                   help="comma-separated source names of the recipe (default: all)")
+    p.add_argument("--recipe", default=None,
+                   help="the sources and their packages, a TOML file (default: "
+                   "training/recipes/debian.toml)")
+    p.add_argument("--cache", default=None,
+                   help="where downloaded .deb files and apt lists are kept (default: "
+                   "OUT/../cache)")
+    p.add_argument("--debs", default=None,
+                   help="read packages from this folder of .deb files, downloading nothing")
+    p.add_argument("--lists", default=None,
+                   help="read Translation-* files (DDTP) from this folder instead of fetching")
+    p.set_defaults(run=_corpus)
     return parser
 
 

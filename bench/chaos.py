@@ -247,24 +247,28 @@ async def capacity(client, texts: list[str], seconds: float) -> tuple[Tally, flo
     return tally, rate
 
 
-async def overload(client, texts: list[str], seconds: float, rate: float) -> Tally:
-    """Poisson arrivals at ``rate`` a second, none waiting for another's answer."""
+async def overload(client, url: str, texts: list[str], seconds: float, rate: float) -> Tally:
+    """Poisson arrivals at ``rate`` a second, none waiting for another's answer, while /health
+    and /ready are probed as in the html phase (the probes must stay fast with the queue full)."""
     tally = Tally("overload")
     pool = random.Random(3)
     started = time.monotonic()
     tasks = []
     due = started
-    while (now := time.monotonic()) < started + seconds:
-        while due <= now:  # catch up when the client itself falls behind the schedule
-            tasks.append(asyncio.ensure_future(post(client, tally, {"text": pool.choice(texts)})))
-            due += pool.expovariate(rate)
-        await asyncio.sleep(due - now)
-    sent = len(tasks)
-    await asyncio.gather(*tasks)
+    with Probe(url) as probe:
+        while (now := time.monotonic()) < started + seconds:
+            while due <= now:  # catch up when the client itself falls behind the schedule
+                tasks.append(asyncio.ensure_future(
+                    post(client, tally, {"text": pool.choice(texts)})))
+                due += pool.expovariate(rate)
+            await asyncio.sleep(due - now)
+        sent = len(tasks)
+        await asyncio.gather(*tasks)
     tally.seconds = time.monotonic() - started
     shed = ", ".join(f"{status} {tally.statuses[status]}" for status in ("200", "429", "503"))
     codes = f" ({counted(tally.codes)})" if tally.codes else ""
-    tally.note = f"{rate:.0f} requests/s meant, {sent / seconds:.0f} sent; {shed}{codes}"
+    tally.note = (f"{rate:.0f} requests/s meant, {sent / seconds:.0f} sent; {shed}{codes}; "
+                  f"{probe.summary()}")
     return tally
 
 
@@ -657,7 +661,7 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
     if phase == "overload":
         if rate is None:
             _, rate = await capacity(client, texts, args.seconds)
-        return await overload(client, texts, args.seconds, 3 * rate)
+        return await overload(client, url, texts, args.seconds, 3 * rate)
     if phase == "largest":
         return await largest(client, texts, args.seconds, args.max_sentences, args.texts)
     if phase == "slow":

@@ -120,19 +120,23 @@ def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
     return ApiError(422, code, "; ".join(messages), field)
 
 
+def shaped_response(path: str, error: ApiError, shapes: Mapping[str, str]) -> JSONResponse:
+    """``error`` in the error shape of the API whose path ``path`` is under: ``shapes`` maps a
+    path prefix to the one key of that API's error object (``{"error": ...}``,
+    ``{"message": ...}``); other paths get the service's own shape."""
+    for prefix, key in shapes.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return JSONResponse({key: error.message}, error.status, headers=error.headers)
+    return error_response(error)
+
+
 def install_error_handlers(app: FastAPI, shapes: Mapping[str, str] | None = None) -> None:
     """Errors raised outside a route's own handling (unknown routes, wrong methods, bugs) in
-    the error shape of the API whose path they are under: ``shapes`` maps a path prefix to
-    the one key of that API's error object (``{"error": ...}``, ``{"message": ...}``); other
-    paths get the service's own shape."""
+    the error shape of the API whose path they are under (``shaped_response``)."""
     shapes = dict(shapes or {})
 
     def respond(request: Request, error: ApiError) -> JSONResponse:
-        path = request.url.path
-        for prefix, key in shapes.items():
-            if path == prefix or path.startswith(prefix + "/"):
-                return JSONResponse({key: error.message}, error.status, headers=error.headers)
-        return error_response(error)
+        return shaped_response(request.url.path, error, shapes)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -108,7 +108,7 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(PrivateRoutesMiddleware, state=state)
+    app.add_middleware(PrivateRoutesMiddleware, state=state, shapes=shapes)
     app.add_middleware(BodyDeadlineMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(CancelledRequestMiddleware)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)

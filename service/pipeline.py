@@ -154,6 +154,20 @@ def check_key(state: ServiceState, http: Request, key: str) -> None:
     raise PipelineError("invalid_key", "Invalid API key.")
 
 
+async def keyed_body(state: ServiceState, http: Request, parse: Callable[[bytes], T],
+                     key: str | None, key_in_body: Callable[[T], str]) -> tuple[T, str]:
+    """The body read and parsed, and the API key checked: before the body is read when the
+    API carries the key in a header (``key``), else as ``key_in_body`` finds it in what
+    ``parse`` made of the body. Returns what ``parse`` made and the key."""
+    if key is not None:
+        check_key(state, http, key)
+    parsed = parse(await read_body(http, state.settings))
+    if key is None:
+        key = key_in_body(parsed)
+        check_key(state, http, key)
+    return parsed, key
+
+
 def check_texts(texts: Sequence[str], single: bool, settings: Settings) -> None:
     if len(texts) > settings.max_texts:
         raise PipelineError(
@@ -214,8 +228,7 @@ def resolve_pair(state: ServiceState, request: PipelineRequest,
     English unless the request refuses pivoting), and the detected source with its confidence
     when it was detected. Omitted languages are inferred when only one pair fits, and default
     to en and de when several do."""
-    translator = state.translator
-    pivots = translator.pivots if translator is not None and request.pivot else {}
+    pivots = state.pivots if request.pivot else {}
     engines = [*state.engines, *pivots]
     source, target = _code(request.source), _code(request.target)
     detect = request.detect or source == "auto"
@@ -310,12 +323,7 @@ async def _translate(state: ServiceState, http: Request,
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     settings = state.settings
     shed_when_behind(state)
-    if key is not None:
-        check_key(state, http, key)
-    request = parse(await read_body(http, settings))
-    if key is None:
-        key = request.key
-        check_key(state, http, key)
+    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
     check_texts(request.texts, request.single, settings)
     check_options(request.options, settings)
     require_ready(state)
@@ -332,7 +340,7 @@ async def _translate(state: ServiceState, http: Request,
     except SchedulerError as exc:
         raise scheduler_error(exc, request_id) from None
     state.usage.add(client, characters)
-    via = translator.pivots.get(pair) if pair not in translator.engines else None
+    via = translator.pivots.get(pair)
     return PipelineResult(results, pair, detected, request_id, via)
 
 

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 _PRUNE_ABOVE = 10_000
 
 
+def _seconds(short: float, per_minute: int) -> int:
+    """Whole seconds (at least one) until a bucket refilling ``per_minute`` gains ``short``."""
+    return max(1, math.ceil(short * 60 / per_minute))
+
+
 class RateLimited(Exception):
     def __init__(self, retry_after: int, limit: str) -> None:
         super().__init__(f"rate limit {limit} exceeded; retry in {retry_after}s")
@@ -76,18 +81,15 @@ class RateLimiter:
             if len(self._clients) >= _PRUNE_ABOVE:
                 self._prune(now)
             buckets = self._clients[client] = _Buckets(request_cap, char_cap, now)
-        minutes = (now - buckets.at) / 60
-        buckets.requests = min(request_cap, buckets.requests + minutes * request_cap)
-        buckets.chars = min(char_cap, buckets.chars + minutes * char_cap)
-        buckets.at = now
+        self._refill(buckets, now)
         waits = []  # seconds until each short bucket holds enough
         if request_cap and buckets.requests < 1:
-            waits.append(((1 - buckets.requests) * 60 / request_cap, "REQUESTS_PER_MINUTE"))
+            waits.append((_seconds(1 - buckets.requests, request_cap), "REQUESTS_PER_MINUTE"))
         if char_cap and buckets.chars < chars:
-            waits.append(((chars - buckets.chars) * 60 / char_cap, "CHARS_PER_MINUTE"))
+            waits.append((_seconds(chars - buckets.chars, char_cap), "CHARS_PER_MINUTE"))
         if waits:
             wait, limit = max(waits)
-            raise RateLimited(max(1, math.ceil(wait)), limit)
+            raise RateLimited(wait, limit)
         if request_cap:
             buckets.requests -= 1
         if char_cap:
@@ -98,10 +100,19 @@ class RateLimiter:
         buckets = self._clients.get(client)
         if not self.requests_per_minute or buckets is None:
             return 0
-        minutes = (self._clock() - buckets.at) / 60
-        tokens = buckets.requests + minutes * self.requests_per_minute
-        return 0 if tokens >= 1 else max(1, math.ceil((1 - tokens) * 60
-                                                      / self.requests_per_minute))
+        self._refill(buckets, self._clock())
+        if buckets.requests >= 1:
+            return 0
+        return _seconds(1 - buckets.requests, self.requests_per_minute)
+
+    def _refill(self, buckets: _Buckets, now: float) -> None:
+        """What a minute's allowance gave back since the buckets were last looked at."""
+        minutes = (now - buckets.at) / 60
+        buckets.requests = min(self.requests_per_minute,
+                               buckets.requests + minutes * self.requests_per_minute)
+        buckets.chars = min(self.chars_per_minute,
+                            buckets.chars + minutes * self.chars_per_minute)
+        buckets.at = now
 
     def _prune(self, now: float) -> None:
         self._clients = {

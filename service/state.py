@@ -50,6 +50,11 @@ class ServiceState:
         return self.translator.engines if self.translator is not None else {}
 
     @property
+    def pivots(self) -> dict[Pair, str]:
+        """The pairs served through English (``Translator.pivots``); none while loading."""
+        return self.translator.pivots if self.translator is not None else {}
+
+    @property
     def scheduler(self) -> Scheduler | None:
         return self.translator.scheduler if self.translator is not None else None
 

@@ -143,6 +143,7 @@ class Translator:
         self.cache = SentenceCache(settings.cache_mb * 2**20, metrics)
         self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
                        for pair, engine in engines.items()}
+        self.pivots = pivots_of(engines)
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._closed = False
@@ -265,15 +266,6 @@ class Translator:
         done = await asyncio.gather(*(translate(chunk) for chunk in chunks if chunk))
         return [result for results in done for result in results]
 
-    @property
-    def pivots(self) -> dict[Pair, str]:
-        """The pairs no bundle serves that two loaded bundles do through ``PIVOT``: X->Y as
-        X->en then en->Y, as LibreTranslate serves them; the pivot language by pair."""
-        sources = {source for source, target in self.engines if target == PIVOT}
-        targets = {target for source, target in self.engines if source == PIVOT}
-        return {(source, target): PIVOT for source in sources for target in targets
-                if source != target and (source, target) not in self.engines}
-
     async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                         *, deadline: float | None = None, request_id: str = "",
                         ) -> list[TextResult]:
@@ -284,8 +276,8 @@ class Translator:
         (``service.markup``). A pair in ``pivots`` is translated in two legs, markup and
         untranslatables kept through both; its scores and alternatives are the second leg's,
         and each leg's sentences are cached under that leg's own pair."""
-        if pair not in self.engines and pair in self.pivots:
-            via = self.pivots[pair]
+        via = self.pivots.get(pair)
+        if via is not None:
             first = dataclasses.replace(options, num_alternatives=0, return_scores=False)
             middle = await self.translate(texts, (pair[0], via), first, deadline=deadline,
                                           request_id=request_id)
@@ -368,6 +360,15 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     """``work()``, in a thread when its input is ``large``: below ``_INLINE_CHARS`` the thread
     hop costs more than the work, above it the work would hold up the event loop."""
     return await asyncio.to_thread(work) if large else work()
+
+
+def pivots_of(engines: dict[Pair, Engine]) -> dict[Pair, str]:
+    """The pairs no bundle serves that two loaded bundles do through ``PIVOT``: X->Y as
+    X->en then en->Y, as LibreTranslate serves them; the pivot language by pair."""
+    sources = {source for source, target in engines if target == PIVOT}
+    targets = {target for source, target in engines if source == PIVOT}
+    return {(source, target): PIVOT for source in sources for target in targets
+            if source != target and (source, target) not in engines}
 
 
 @dataclass(frozen=True)

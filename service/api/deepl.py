@@ -38,7 +38,7 @@ from service import pipeline
 from service.api.fields import compat_fields, text_list
 from service.api.libretranslate import LANGUAGE_NAMES
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
-from service.pipeline import PipelineError, PipelineRequest, check_key, client_of, read_body
+from service.pipeline import PipelineError, PipelineRequest, client_of, keyed_body
 from service.state import ServiceState
 from service.translator import TranslateOptions
 
@@ -135,7 +135,7 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
     return PipelineRequest(
         texts, options, source=_language(str(source)) if source else None,
         target=_language(str(fields["target_lang"])), detect=not source,
-        key=str(fields.get("auth_key") or "").strip())
+        key=_body_key(fields))
 
 
 @router.post("/translate")
@@ -169,15 +169,15 @@ async def translate(request: Request) -> JSONResponse:
 
 async def _key_fields(request: Request, state: ServiceState) -> tuple[dict[str, Any], str]:
     """A GET or POST request's fields and its key, checked."""
-    key = _header_key(request)
-    if key is not None:
-        check_key(state, request, key)
-    fields = compat_fields(await read_body(request, state.settings), request.headers,
-                           request.query_params, "text")
-    if key is None:
-        key = str(fields.get("auth_key") or "").strip()
-        check_key(state, request, key)
-    return fields, key
+    return await keyed_body(
+        state, request, lambda body: compat_fields(body, request.headers,
+                                                   request.query_params, "text"),
+        _header_key(request), _body_key)
+
+
+def _body_key(fields: dict[str, Any]) -> str:
+    """The legacy ``auth_key`` field."""
+    return str(fields.get("auth_key") or "").strip()
 
 
 async def languages(request: Request) -> JSONResponse:

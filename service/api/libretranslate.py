@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from service import pipeline
 from service.api.fields import compat_fields, text_list
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
-from service.pipeline import PipelineError, PipelineRequest, check_key, read_body, require_ready
+from service.pipeline import PipelineError, PipelineRequest, keyed_body, require_ready
 from service.state import ServiceState
 from service.translator import TranslateOptions
 
@@ -43,18 +43,18 @@ LANGUAGE_NAMES = {
 }
 
 _SLOWDOWN = "Slowdown: {message}"
+_INVALID = Reply(400, "Invalid request: {message}")
 LIBRETRANSLATE: dict[str, Reply] = {
-    **{code: Reply(400, "Invalid request: {message}") for code in MALFORMED},
+    **dict.fromkeys(MALFORMED, _INVALID),
     "invalid_field": Reply(400),
     "missing_key": Reply(400, "Please contact the server operator to get an API key"),
     "invalid_key": Reply(403, "Invalid API key"),
     "too_many_failed_keys": Reply(429, _SLOWDOWN),
     "body_too_large": Reply(413),
-    **{code: Reply(400, "Invalid request: {message}") for code in (
-        "too_many_texts", "text_too_long", "too_many_characters", "too_many_sentences")},
+    **dict.fromkeys(("too_many_texts", "text_too_long", "too_many_characters",
+                     "too_many_sentences", "over_rate_limit"), _INVALID),
     "unsupported_language_pair": Reply(400, "{value} is not supported"),
     "ambiguous_language_pair": Reply(400),
-    "over_rate_limit": Reply(400, "Invalid request: {message}"),
     "rate_limited": Reply(429, _SLOWDOWN),
     "queue_full": Reply(429, _SLOWDOWN),
     "quota_exceeded": Reply(403),
@@ -64,6 +64,11 @@ LIBRETRANSLATE: dict[str, Reply] = {
 
 def error_response(error: PipelineError) -> JSONResponse:
     return message_response(LIBRETRANSLATE, error, "error")
+
+
+def _body_key(fields: dict[str, Any]) -> str:
+    """LibreTranslate's ``api_key`` field."""
+    return str(fields.get("api_key") or "")
 
 
 def _name(code: str) -> str:
@@ -88,7 +93,7 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
     return PipelineRequest(
         texts, TranslateOptions(num_alternatives=alternatives, format=text_format),
         source=source, target=str(fields["target"]), detect=source.strip().lower() == "auto",
-        key=str(fields.get("api_key") or ""), single=not isinstance(q, list))
+        key=_body_key(fields), single=not isinstance(q, list))
 
 
 @router.post("/translate")
@@ -126,9 +131,8 @@ async def languages(request: Request) -> JSONResponse:
     """LibreTranslate's ``GET /languages``: ``[{code, name, targets}]``, the targets reached
     through English included, as LibreTranslate lists them."""
     state: ServiceState = request.app.state.service
-    pivots = state.translator.pivots if state.translator is not None else {}
     targets: dict[str, list[str]] = {}
-    for source, target in sorted([*state.engines, *pivots]):
+    for source, target in sorted([*state.engines, *state.pivots]):
         targets.setdefault(source, []).append(target)
     return JSONResponse([{"code": code, "name": _name(code), "targets": reached}
                          for code, reached in targets.items()])
@@ -140,9 +144,10 @@ async def detect(request: Request) -> JSONResponse:
     among the languages the loaded bundles translate from."""
     state: ServiceState = request.app.state.service
     try:
-        fields = compat_fields(await read_body(request, state.settings), request.headers,
-                               request.query_params, "q")
-        check_key(state, request, str(fields.get("api_key") or ""))
+        fields, _ = await keyed_body(
+            state, request, lambda body: compat_fields(body, request.headers,
+                                                       request.query_params, "q"),
+            None, _body_key)
         if not fields.get("q"):
             raise PipelineError("missing_field", "missing q parameter", "q")
         texts = text_list(fields["q"], "q")

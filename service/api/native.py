@@ -136,8 +136,7 @@ async def languages(state: State) -> LanguagesResponse:
     engines = state.engines
     pairs = [LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
              for (source, target), engine in engines.items()]
-    pivots = state.translator.pivots if state.translator is not None else {}
-    for (source, target), via in pivots.items():
+    for (source, target), via in state.pivots.items():
         legs = (engines[source, via].bundle.dir.name, engines[via, target].bundle.dir.name)
         pairs.append(LanguagePair(source_lang=source, target_lang=target, model="+".join(legs),
                                   pivot_lang=via))

@@ -5,11 +5,12 @@ not tell an unauthenticated client either."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
 from service.api.native import native_error
-from service.errors import error_response
+from service.errors import shaped_response
 from service.metrics import ASGIApp, Receive, Scope, Send
 from service.pipeline import PipelineError, check_key
 from service.state import ServiceState
@@ -28,9 +29,13 @@ def key_of(request: Request) -> str:
 
 
 class PrivateRoutesMiddleware:
-    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
+    """Refusals in the error shape of the API a path belongs to (``shapes``, as
+    ``service.errors.install_error_handlers`` takes them)."""
+
+    def __init__(self, app: ASGIApp, state: ServiceState, shapes: Mapping[str, str]) -> None:
         self.app = app
         self.state = state
+        self.shapes = shapes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.state.settings
@@ -42,11 +47,7 @@ class PrivateRoutesMiddleware:
         try:
             check_key(self.state, request, key_of(request))
         except PipelineError as exc:
-            error = native_error(exc)
-            response = (JSONResponse({"error": error.message}, error.status,
-                                     headers=error.headers)
-                        if scope["path"].startswith("/libretranslate/") else
-                        error_response(error))
+            response = shaped_response(scope["path"], native_error(exc), self.shapes)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -198,9 +198,11 @@ def check_options(options: TranslateOptions, settings: Settings) -> None:
         fixed_options(options, settings)
     except InvalidOption as exc:
         raise PipelineError("invalid_field", str(exc), exc.field) from None
-    if options.format == "html" and (options.num_alternatives or options.return_scores):
+    if options.format == "html" and (options.num_alternatives or options.return_scores
+                                     or options.return_sentences):
         # A document's segments are translated apart: it has no one score or alternative.
-        field = "num_alternatives" if options.num_alternatives else "return_scores"
+        field = ("num_alternatives" if options.num_alternatives else
+                 "return_scores" if options.return_scores else "return_sentences")
         raise PipelineError("invalid_field", f"{field} is not available with format html.",
                             field)
 

@@ -37,8 +37,8 @@ from service.sentence_cache import SentenceCache, model_fingerprint, sentence_ke
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
-__all__ = ["PIVOT", "InvalidOption", "Pair", "TextResult", "TranslateOptions", "Translator",
-           "fixed_options", "pair_label"]
+__all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "TranslateOptions",
+           "Translator", "fixed_options", "pair_label"]
 
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
@@ -60,6 +60,7 @@ class TranslateOptions:
     num_alternatives: int = 0
     return_scores: bool = False
     format: str = "text"  # "text" | "html"
+    return_sentences: bool = False  # each sentence with its source, as a reader aligns them
     ignore_tags: tuple[str, ...] = ()  # html: elements whose text is left as it is
 
 
@@ -72,13 +73,28 @@ class InvalidOption(ValueError):
 
 
 @dataclass(frozen=True)
+class SentenceResult:
+    """One piece of a text (a sentence, or part of one too long for the model): the source as
+    the model read it, its translation, and the next-best translations when asked for."""
+
+    source: str
+    text: str
+    score: float | None = None
+    alternatives: list[tuple[str, float | None]] | None = None
+
+
+@dataclass(frozen=True)
 class TextResult:
     """One text's translation; ``score`` is the mean log-probability per token (None unless
-    asked for), ``alternatives`` the next-best texts with theirs (None unless asked for)."""
+    asked for), ``alternatives`` the next-best texts with theirs (None unless asked for).
+    With ``return_sentences``, ``text`` is ``separators[0] + sentences[0].text +
+    separators[1] + ...``: what a reader needs to offer a sentence's alternatives."""
 
     text: str
     score: float | None = None
     alternatives: list[tuple[str, float | None]] | None = None
+    sentences: list[SentenceResult] | None = None
+    separators: list[str] | None = None
 
 
 def fixed_options(options: TranslateOptions, settings: Settings) -> dict[str, Any]:
@@ -278,7 +294,8 @@ class Translator:
         and each leg's sentences are cached under that leg's own pair."""
         via = self.pivots.get(pair)
         if via is not None:
-            first = dataclasses.replace(options, num_alternatives=0, return_scores=False)
+            first = dataclasses.replace(options, num_alternatives=0, return_scores=False,
+                                        return_sentences=False)
             middle = await self.translate(texts, (pair[0], via), first, deadline=deadline,
                                           request_id=request_id)
             return await self.translate([r.text for r in middle], (via, pair[1]), options,
@@ -312,7 +329,7 @@ class Translator:
             self.scheduler.release(admission)  # what the sentences did not take
         return [
             assemble(text, [translations[unique[tuple(ids)]] for ids in text.sources],
-                     options.num_alternatives, options.return_scores)
+                     options.num_alternatives, options.return_scores, options.return_sentences)
             for text in prepared
         ]
 
@@ -327,7 +344,7 @@ class Translator:
         segments = [segment.replace("\n", " ") for document in documents
                     for segment in document.segments]
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
-                                    return_scores=False)
+                                    return_scores=False, return_sentences=False)
         translated = iter(await self.translate(segments, pair, plain, deadline=deadline,
                                                request_id=request_id) if segments else [])
         chosen = [[next(translated).text for _ in document.segments] for document in documents]
@@ -408,21 +425,34 @@ def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None 
 
 
 def assemble(prepared: Prepared, translations: Sequence[Translation], num_alternatives: int,
-             return_scores: bool) -> TextResult:
+             return_scores: bool, return_sentences: bool = False) -> TextResult:
     """One text's result: pieces' translations (untranslatables restored) in the original
     layout, the token-weighted mean score, and the k-th alternative built from each piece's
-    k-th hypothesis."""
+    k-th hypothesis; with ``return_sentences`` each piece's own."""
+    # restored[i][k]: piece i's k-th hypothesis with its untranslatables put back
+    restored = [[protected.restore(h.text).text if protected else h.text
+                 for h in t.hypotheses[:num_alternatives + 1]]
+                for protected, t in zip(prepared.protected, translations, strict=True)]
     variants: list[tuple[str, float | None]] = []
     for rank in range(num_alternatives + 1):
         chosen = [t.hypotheses[min(rank, len(t.hypotheses) - 1)] for t in translations]
-        text = prepared.segmented.join([
-            protected.restore(h.text).text if protected else h.text
-            for protected, h in zip(prepared.protected, chosen, strict=True)])
+        text = prepared.segmented.join([texts[min(rank, len(texts) - 1)] for texts in restored])
         if rank and any(text == seen for seen, _ in variants):
             continue  # a piece ran out of hypotheses: this would repeat an earlier text
         variants.append((text, _mean_score(chosen) if return_scores else None))
     (text, score), alternatives = variants[0], variants[1:]
-    return TextResult(text, score, alternatives if num_alternatives else None)
+    if not return_sentences:
+        return TextResult(text, score, alternatives if num_alternatives else None)
+    sentences = [
+        SentenceResult(
+            source, texts[0], _mean_score(t.hypotheses[:1]) if return_scores else None,
+            [(other, _mean_score([h]) if return_scores else None)
+             for other, h in zip(texts[1:], t.hypotheses[1:], strict=False)]
+            if num_alternatives else None)
+        for source, texts, t in zip(prepared.segmented.pieces, restored, translations,
+                                    strict=True)]
+    return TextResult(text, score, alternatives if num_alternatives else None, sentences,
+                      list(prepared.segmented.separators))
 
 
 def _mean_score(hypotheses: Sequence[Hypothesis]) -> float | None:

@@ -169,6 +169,47 @@ def test_scores_and_alternatives(tmp_path: Path) -> None:
     run(main())
 
 
+def test_sentences_come_with_their_sources_and_their_own_alternatives(tmp_path: Path) -> None:
+    app = fake_app(tmp_path, "de-en", "en-fr")
+
+    async def main() -> None:
+        async with serving(app) as client:
+            text = "  Ab cd.\n\nEf gh? "
+            response = await client.post("/translate", json={
+                "text": [text, "Ij"], "source_lang": "de", "target_lang": "en",
+                "return_sentences": True, "num_alternatives": 1, "return_scores": True})
+            first, second = response.json()["translations"]
+            assert [s["source"] for s in first["sentences"]] == ["Ab cd.", "Ef gh?"]
+            assert [s["text"] for s in first["sentences"]] == ["AB CD.", "EF GH?"]
+            assert first["separators"] == ["  ", "\n\n", " "]
+            pieces = [first["separators"][0]]
+            for sentence, separator in zip(first["sentences"], first["separators"][1:],
+                                           strict=True):
+                pieces += [sentence["text"], separator]
+            assert "".join(pieces) == first["text"]
+            assert [a["text"] for s in first["sentences"] for a in s["alternatives"]] == [
+                "AB CD.!", "EF GH?!"]
+            assert first["sentences"][0]["score"] == pytest.approx(-0.1)
+            assert second["sentences"] == [
+                {"source": "Ij", "text": "IJ", "score": pytest.approx(-0.1),
+                 "alternatives": [{"text": "IJ!", "score": pytest.approx(-0.2)}]}]
+            # Through a pivot, a sentence's source is what the second leg read.
+            response = await client.post("/translate", json={
+                "text": "Ab cd.", "source_lang": "de", "target_lang": "fr",
+                "return_sentences": True})
+            (result,) = response.json()["translations"]
+            assert response.json()["pivot_lang"] == "en"
+            assert result["sentences"] == [{"source": "AB CD.", "text": "AB CD."}]
+            plain = await client.post("/translate", json={"text": "Ab", "source_lang": "de"})
+            assert "sentences" not in plain.json()["translations"][0]
+            refused = await client.post("/translate", json={
+                "text": "<p>Ab</p>", "format": "html", "source_lang": "de",
+                "return_sentences": True})
+            assert_error(refused, 422, "invalid_field", "return_sentences")
+
+    run(main())
+
+
 def test_sentences_longer_than_the_model_are_split_not_cut(tmp_path: Path) -> None:
     app = fake_app(tmp_path, engine_kwargs={"max_source_tokens": 6})
 

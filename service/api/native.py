@@ -19,6 +19,7 @@ from service.api.schemas import (
     ErrorResponse,
     LanguagePair,
     LanguagesResponse,
+    Sentence,
     StatusResponse,
     TranslateRequest,
     TranslateResponse,
@@ -176,8 +177,12 @@ async def translate(
             TranslationResult(
                 text=result.text,
                 score=result.score,
-                alternatives=None if result.alternatives is None else
-                [Alternative(text=text, score=score) for text, score in result.alternatives],
+                alternatives=_alternatives(result.alternatives),
+                sentences=None if result.sentences is None else [
+                    Sentence(source=sentence.source, text=sentence.text, score=sentence.score,
+                             alternatives=_alternatives(sentence.alternatives))
+                    for sentence in result.sentences],
+                separators=result.separators,
             )
             for result in answer.results
         ],
@@ -185,6 +190,11 @@ async def translate(
         target_lang=answer.pair[1],
         pivot_lang=answer.via,
     )
+
+
+def _alternatives(found: list[tuple[str, float | None]] | None) -> list[Alternative] | None:
+    return None if found is None else [Alternative(text=text, score=score)
+                                       for text, score in found]
 
 
 def _parse(body: bytes) -> PipelineRequest:
@@ -206,7 +216,7 @@ def _parse(body: bytes) -> PipelineRequest:
         no_repeat_ngram_size=payload.no_repeat_ngram_size,
         length_penalty=payload.length_penalty, max_length_ratio=payload.max_length_ratio,
         num_alternatives=payload.num_alternatives, return_scores=payload.return_scores,
-        format=payload.format)
+        format=payload.format, return_sentences=payload.return_sentences)
     single = isinstance(payload.text, str)
     return PipelineRequest([payload.text] if single else payload.text, options,
                            payload.source_lang, payload.target_lang, pivot=payload.pivot,

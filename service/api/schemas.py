@@ -69,6 +69,12 @@ class TranslateRequest(BaseModel):
     return_scores: bool = Field(
         False, description="Include each translation's mean log-probability per token."
     )
+    return_sentences: bool = Field(
+        False, description="Also answer each text's sentences: each with its source as the "
+        "model read it (for a pair through a pivot, in the pivot language), its translation, "
+        "and its own alternatives and score when those are asked for; and the separators "
+        "between them. Not with format html."
+    )
     pivot: bool = Field(
         True, description="Translate a pair no bundle serves through English (X->en->Y) when "
         "bundles for both legs are loaded; false refuses such a pair (422)."
@@ -85,6 +91,15 @@ class Alternative(BaseModel):
     score: float | None = None
 
 
+class Sentence(BaseModel):
+    source: str = Field(description="The sentence as the model read it.")
+    text: str = Field(description="Its translation.")
+    score: float | None = Field(None, description="Only with return_scores.")
+    alternatives: list[Alternative] | None = Field(
+        None, description="Its next-best translations (only with num_alternatives)."
+    )
+
+
 class TranslationResult(BaseModel):
     text: str = Field(description="The translation, with the input's whitespace and layout.")
     score: float | None = Field(
@@ -92,6 +107,13 @@ class TranslationResult(BaseModel):
     )
     alternatives: list[Alternative] | None = Field(
         None, description="Next-best translations, best first (only with num_alternatives)."
+    )
+    sentences: list[Sentence] | None = Field(
+        None, description="Only with return_sentences: text is separators[0] + "
+        "sentences[0].text + separators[1] + ... + separators[-1]."
+    )
+    separators: list[str] | None = Field(
+        None, description="Only with return_sentences: one more than sentences."
     )
 
 

@@ -160,7 +160,7 @@ import json, sys, time, urllib.error, urllib.request
 
 port, src, tgt, sentence = sys.argv[1:]
 base = f"http://127.0.0.1:{port}"
-for path in ("/health", "/ready"):
+for path in ("/health", "/ready", "/", "/page/page.js"):  # the page's files are in the image
     with urllib.request.urlopen(base + path, timeout=10) as response:
         assert response.status == 200, (path, response.status)
 body = json.dumps({"text": sentence, "source_lang": src, "target_lang": tgt}).encode()

@@ -106,6 +106,10 @@ class Settings(BaseSettings):
         False, description="Serve /metrics and the API docs (/docs, /redoc, /openapi.json, "
         "/libretranslate/spec) without a key when API_KEYS is set."
     )
+    page: bool = Field(
+        True, description="Serve the translator's web page at / (a page to try the service "
+        "in a browser; its requests go to this service's own API only)."
+    )
     max_loop_lag_s: float = Field(
         0.5, gt=0, description="While the event loop runs this many seconds behind (requests "
         "arriving faster than they can be read), new requests get 503 with Retry-After."

@@ -106,10 +106,11 @@ def tiny_server(tiny_bundle: Path, env: dict[str, str] | None = None,
 
 @contextlib.contextmanager
 def fake_server(tmp_path: Path, *flags: str, step_s: float = 0.01,
-                open_files: int | None = None) -> Iterator[ServerProcess]:
-    models = fake_models(tmp_path / "models", "en-de")
+                open_files: int | None = None, pairs: Sequence[str] = ("en-de",),
+                env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    models = fake_models(tmp_path / "models", *pairs)
     command = [sys.executable, "-c", FAKE_SERVE, str(step_s), "--model-dir", str(models), *flags]
-    server = ServerProcess(command, open_files=open_files)
+    server = ServerProcess(command, env=env, open_files=open_files)
     try:
         server.wait_for("/ready")
         yield server

@@ -112,8 +112,8 @@ class DecodeBatch:
 
     def add(self, key: Hashable, source_ids: list[int], options: DecodeOptions) -> None:
         e = self.engine
-        if not source_ids or source_ids[-1] != e.eos_id:
-            raise ValueError("source_ids must end with EOS (use Engine.tokenize)")
+        if not source_ids:
+            raise ValueError("source_ids is empty (use Engine.tokenize)")
         if len(source_ids) > e.max_source_tokens:
             raise SourceTooLong(
                 f"{len(source_ids)} source tokens; the model accepts at most {e.max_source_tokens}"

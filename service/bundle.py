@@ -34,8 +34,10 @@ v5 keeps v4's graphs and lets the manifest describe models imported from elsewhe
 token), ``model`` records the variations baked into the graphs (activation, position layout,
 separate or tied embeddings, logits bias; see ``training.config.ModelConfig``), and optional
 keys name a ``target_tokenizer``, a ``vocabulary`` mapping SentencePiece pieces to the model's
-ids and the ``target_languages`` of a multilingual model (``service/vocabulary.py``). v4
-bundles load unchanged.
+ids and the ``target_languages`` of a multilingual model (``service/vocabulary.py``), and
+``source_format``: what a source gets besides its pieces, ``{"add_bos": false, "add_eos":
+true}`` when absent (a model trained here, a Marian model) while OpenNMT-py's models, and so
+Argos Translate's, read sources without EOS. v4 bundles load unchanged.
 
 v3 differed only in gathering ``cross_last`` inside the decoder step. v2 kept every row's
 history right-aligned in one shared width with a self mask: a row that joined late attended

@@ -6,7 +6,8 @@ are looked up in the model's own vocabulary (``vocab.json``), and a target-langu
 starts the source (``>>fra<<`` in Opus-MT's multilingual models). The manifest says which:
 ``tokenizer``, optional ``target_tokenizer``, optional ``vocabulary`` ({"source": file,
 "target": file}, each a JSON list of pieces, the index being the id) and optional
-``target_languages`` ({language: token}).
+``target_languages`` ({language: token}), and optional ``source_format`` (``SourceFormat``:
+whether a source gets BOS and EOS).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +35,41 @@ def _writes_digit(piece: str) -> bool:
     return not _SPECIAL.fullmatch(piece) and _DIGIT.search(piece) is not None
 
 
+@dataclass(frozen=True)
+class SourceFormat:
+    """What a source gets besides its pieces, as the model was trained: a BOS first (some
+    OpenNMT-tf models), an EOS last (models trained here, Marian; not OpenNMT-py's, and so
+    not Argos Translate's). A multilingual model's target-language token comes after the BOS,
+    before the pieces. The manifest's ``source_format``; its absence means EOS only."""
+
+    add_bos: bool = False
+    add_eos: bool = True
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> SourceFormat:
+        found = manifest.get("source_format") or {}
+        unknown = set(found) - {"add_bos", "add_eos"}
+        if unknown or not all(isinstance(v, bool) for v in found.values()):
+            raise ValueError(f"bad source_format {found!r}: add_bos and add_eos, true or false")
+        return cls(**found)
+
+
 class Vocabulary:
-    """Encodes source text to ids (ending in EOS) and decodes target ids to text."""
+    """Encodes source text to ids (with BOS and EOS as its ``SourceFormat`` says) and decodes
+    target ids to text."""
 
     def __init__(self, source_model: Path, target_model: Path | None = None,
                  source_pieces: list[str] | None = None,
                  target_pieces: list[str] | None = None, *, unk_id: int, eos_id: int,
-                 target_languages: dict[str, str] | None = None):
+                 target_languages: dict[str, str] | None = None, bos_id: int | None = None,
+                 source_format: SourceFormat = SourceFormat()):
         self.source = spm.SentencePieceProcessor(model_file=str(source_model))
         self.target = (spm.SentencePieceProcessor(model_file=str(target_model))
                        if target_model else self.source)
-        self.unk_id, self.eos_id = unk_id, eos_id
+        self.unk_id, self.eos_id, self.bos_id = unk_id, eos_id, bos_id
+        self.source_format = source_format
+        if source_format.add_bos and bos_id is None:
+            raise ValueError("sources start with BOS (source_format) but no BOS id is given")
         self.source_pieces, self.target_pieces = source_pieces, target_pieces
         self._source_ids = ({piece: i for i, piece in enumerate(source_pieces)}
                             if source_pieces is not None else None)
@@ -65,7 +91,9 @@ class Vocabulary:
         target = manifest.get("target_tokenizer")
         return cls(directory / manifest["tokenizer"], directory / target if target else None,
                    pieces.get("source"), pieces.get("target"), unk_id=ids["unk"],
-                   eos_id=ids["eos"], target_languages=manifest.get("target_languages"))
+                   eos_id=ids["eos"], target_languages=manifest.get("target_languages"),
+                   bos_id=ids.get("source_bos", ids["bos"]),
+                   source_format=SourceFormat.from_manifest(manifest))
 
     def _piece_id(self, piece: str) -> int:
         if self._source_ids is None:
@@ -73,8 +101,10 @@ class Vocabulary:
         return self._source_ids.get(piece, self.unk_id)
 
     def encode(self, text: str, target_lang: str | None = None) -> list[int]:
-        """Source ids of ``text`` followed by EOS, after the target-language token when the
-        model needs one (``target_lang`` must then be one of ``target_languages``)."""
+        """Source ids of ``text`` as the model reads them: BOS and EOS as its source format
+        says, the target-language token first when the model needs one (``target_lang``
+        must then be one of ``target_languages``). Never empty: a text of no pieces, for a
+        model without EOS, is EOS alone."""
         if self._source_ids is None:
             ids = self.source.encode(text)
         else:
@@ -85,7 +115,11 @@ class Vocabulary:
                 raise ValueError(f"target language {target_lang!r} is not one of "
                                  f"{sorted(self.target_languages)}")
             ids.insert(0, self._language_ids[target_lang])
-        ids.append(self.eos_id)
+        if self.source_format.add_bos:
+            assert self.bos_id is not None  # checked in __init__
+            ids.insert(0, self.bos_id)
+        if self.source_format.add_eos or not ids:
+            ids.append(self.eos_id)
         return ids
 
     @functools.cached_property

@@ -143,3 +143,33 @@ def test_byte_pieces_that_form_no_character_are_left_out(model_path):
     assert vocabulary.decode(ids) == "東京"
     # The last character cut inside its bytes, as an undertrained model may end one: no U+FFFD.
     assert vocabulary.decode(ids[:-1]) == "東"
+
+
+def test_a_source_gets_bos_and_eos_as_its_bundle_says(model_path):
+    from service.vocabulary import Vocabulary
+
+    special = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+    directory, name = model_path.parent, model_path.name
+
+    def encode(**manifest) -> list[int]:
+        vocabulary = Vocabulary.from_manifest(
+            directory, {"tokenizer": name, "special_ids": special, **manifest})
+        return vocabulary.encode("Good morning.")
+
+    pieces = spm.SentencePieceProcessor(model_file=str(model_path)).encode("Good morning.")
+    assert encode() == [*pieces, EOS_ID]  # bundles written before the format was recorded
+    assert encode(source_format={"add_bos": False, "add_eos": False}) == pieces
+    assert encode(source_format={"add_bos": True, "add_eos": True}) == [BOS_ID, *pieces, EOS_ID]
+    # The source's BOS may be another token than the decoder's start.
+    assert encode(source_format={"add_bos": True, "add_eos": False},
+                  special_ids={**special, "bos": PAD_ID, "source_bos": BOS_ID}) == [
+        BOS_ID, *pieces]
+    with pytest.raises(ValueError, match="source_format"):
+        encode(source_format={"add_eos": "no"})
+    with pytest.raises(ValueError, match="source_format"):
+        encode(source_format={"add_pad": True})
+    # A text of no pieces is never an empty source.
+    empty = Vocabulary.from_manifest(directory, {
+        "tokenizer": name, "special_ids": special,
+        "source_format": {"add_bos": False, "add_eos": False}})
+    assert empty.encode("") == [EOS_ID]

@@ -47,6 +47,11 @@ class Imported:
     target_lang: str | None
     target_languages: dict[str, str]  # {language: token} of a multilingual model
     origin: dict[str, Any]
+    # What a source gets besides its pieces (``service.vocabulary.SourceFormat``), and the
+    # id of the BOS it starts with when it gets one.
+    source_format: dict[str, bool] = dataclasses.field(
+        default_factory=lambda: {"add_bos": False, "add_eos": True})
+    source_bos_id: int | None = None
 
 
 def read_source(source: str | Path) -> Imported:
@@ -97,6 +102,8 @@ def import_model(source: str | Path, out_dir: str | Path, *, int8: bool = False,
             "vocabulary": imported.vocabulary,
             "target_languages": imported.target_languages,
             "origin": imported.origin,
+            "source_format": imported.source_format,
+            "source_bos_id": imported.source_bos_id,
         },
     }
     with tempfile.TemporaryDirectory() as tmp:

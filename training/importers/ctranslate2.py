@@ -3,23 +3,29 @@ Translate packages, which carry one (LibreTranslate installs these).
 
 ``model.bin`` is read directly (its layout is CTranslate2's ``ModelSpec._serialize``: a
 version, the spec's name and revision, named arrays, then aliases), so importing needs no
-CTranslate2 installation. Float16, bfloat16, int8 and int16 weights are turned back into
-float32 (int8 and int16 with their ``weight_scale``). What the model computes follows
-CTranslate2's ``TransformerEncoder``/``TransformerDecoder`` (``src/layers/transformer.cc``):
-flags it leaves out take CTranslate2's defaults (pre-norm, ReLU, scaled embeddings, its
-built-in sinusoids), and anything else it supports that this model does not (relative
-positions, ALiBi, RMS norm, gated feed-forward, several source features, ...) is refused.
-One difference by design: our decoder never emits padding or its start token, which
+CTranslate2 installation; every binary version and spec revision CTranslate2 still loads is
+read as it reads them (``read_model_bin``, ``_modernised``, ``legacy_config``). Float16,
+bfloat16, int8 and int16 weights are turned back into float32 (int8 and int16 with their
+``weight_scale``; older int16 files with CTranslate2's global scale). The source conventions
+(BOS, EOS) are CTranslate2's ``add_source_bos``/``add_source_eos`` and go into the bundle.
+What the model computes follows CTranslate2's ``TransformerEncoder``/``TransformerDecoder``
+(``src/layers/transformer.cc``): flags it leaves out take CTranslate2's defaults (pre-norm,
+ReLU, scaled embeddings, its built-in sinusoids); relative position representations (Shaw et
+al.) are imported, and anything else it supports that this model does not (relative
+attention biases, ALiBi, RMS norm, gated feed-forward, several source features, ...) is
+refused. One difference by design: our decoder never emits padding or its start token, which
 CTranslate2 would on a model that predicts them (trained models do not).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,7 @@ _DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, "bfloat16")
 PAD_PIECES = ("<blank>", "<pad>")
 # Variables whose presence means a feature this model lacks, with its name.
 _UNSUPPORTED = {
-    "relative_position_keys": "relative position representations",
+    "relative_asymmetric_position_keys": "asymmetric relative position representations",
     "relative_attention_bias": "relative attention bias",
     "rotary_dim": "rotary position embeddings",
     "linear_0_noact": "a gated feed-forward layer",
@@ -51,8 +57,34 @@ _UNSUPPORTED = {
 }
 
 
-def read_model_bin(path: Path) -> tuple[str, dict[str, np.ndarray], dict[str, str]]:
-    """(spec name, variables, aliases) of a CTranslate2 ``model.bin``."""
+# Heads of a model whose spec predates the stored head count (revision < 3), by spec name.
+LEGACY_HEADS = {"": 8, "TransformerBase": 8, "TransformerBig": 16}
+# Before config.json (binary version 6), model.bin held these attributes, with these defaults.
+LEGACY_ATTRIBUTES = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
+                     "with_source_bos": False, "with_source_eos": False,
+                     "with_target_bos": True, "user_decoder_start_tokens": False}
+# Item widths of binary versions before 4, which stored no type id.
+_ITEM_TYPES = {4: np.float32, 2: np.int16, 1: np.int8}
+# int16 weights stored without a scale (older releases) were quantised with this one.
+GLOBAL_INT16_SCALE = 1000.0
+
+
+@dataclass
+class ModelBin:
+    """A CTranslate2 ``model.bin``, as any binary version since the first stores it."""
+
+    version: int
+    spec: str
+    revision: int
+    variables: dict[str, np.ndarray]
+    aliases: dict[str, str]
+    bfloat16: frozenset[str] = frozenset()  # read into float32: what was stored in bfloat16
+
+
+def read_model_bin(path: Path) -> ModelBin:
+    """A CTranslate2 ``model.bin`` of binary version 1 to 6, read as CTranslate2's
+    ``models::Model::load`` reads it: version 2 added the spec's name and revision, 3 the
+    aliases, 4 a type id and byte count per variable in place of an item width and count."""
     data = path.read_bytes()
     offset = 0
 
@@ -70,26 +102,92 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, np.ndarray], dict[str, st
         return value
 
     version = take("I")
-    if version < 5:
-        raise UnsupportedModel(f"{path}: CTranslate2 model format {version}; convert the model "
-                               "again with ctranslate2 3.0 or newer")
-    spec = string()
-    take("I")  # the spec's revision
+    if not 1 <= version <= 6:
+        raise UnsupportedModel(f"{path}: CTranslate2 binary version {version}, which this "
+                               "importer does not know (1 to 6)")
+    spec, revision = (string(), take("I")) if version >= 2 else ("", 1)
     variables: dict[str, np.ndarray] = {}
+    bfloat16 = set()
     for _ in range(take("I")):
         name = string()
         shape = [take("I") for _ in range(take("B"))]
-        dtype = _DTYPES[take("B")]
-        size = take("I")
+        if version >= 4:
+            dtype = _DTYPES[take("B")]
+            size = take("I")
+        else:
+            width = take("B")
+            if width not in _ITEM_TYPES:
+                raise UnsupportedModel(f"{path}: {name} has items of {width} bytes")
+            dtype, size = _ITEM_TYPES[width], take("I") * width
         raw = data[offset : offset + size]
         offset += size
         if dtype == "bfloat16":
             array = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            bfloat16.add(name)
         else:
             array = np.frombuffer(raw, dtype)
         variables[name] = array.reshape(shape)
-    aliases = {string(): string() for _ in range(take("I"))}
-    return spec, variables, aliases
+    aliases = {string(): string() for _ in range(take("I"))} if version >= 3 else {}
+    return ModelBin(version, spec, revision, variables, aliases, frozenset(bfloat16))
+
+
+def _v1_name(name: str) -> str:
+    """A revision-1 variable's name (OpenNMT-tf's) as later revisions spell it, the renaming
+    CTranslate2 applies when it loads such a model (``map_v1_variable_name``)."""
+    for old, new in (("transformer/", ""), (":0", ""), ("w_embs", "embeddings/weight"),
+                     ("kernel", "weight"), ("LayerNorm", "layer_norm"), ("dense", "projection"),
+                     ("conv1d_", "linear_"), ("conv1d", "linear_0")):
+        name = name.replace(old, new, 1)
+    if "encoder" in name:
+        return name.replace("multi_head", "self_attention", 1)
+    return name.replace("masked_multi_head", "self_attention", 1).replace(
+        "multi_head", "attention", 1)
+
+
+def _modernised(model: ModelBin) -> ModelBin:
+    """An older revision's variables under the names and scopes of the current one: the
+    renaming of revision 1, the head count of revisions before 3 (from the spec's name), the
+    stack-wide flags of revisions before 5 (one value for both stacks), the single source
+    embedding's older scope and the older name of the embedding scale."""
+    variables, aliases = dict(model.variables), dict(model.aliases)
+    if model.revision == 1:
+        variables = {_v1_name(name): value for name, value in variables.items()}
+    if model.revision < 3 and "num_heads" not in variables:
+        variables["num_heads"] = np.array(LEGACY_HEADS.get(model.spec, 8), np.int8)
+    if model.revision < 5:
+        for flag in ("num_heads", "pre_norm", "activation", "embeddings_merge"):
+            if flag in variables:
+                for scope in ("encoder", "decoder"):
+                    aliases.setdefault(f"{scope}/{flag}", flag)
+    for name in list(variables) + list(aliases):
+        if name.startswith("encoder/embeddings/"):
+            aliases.setdefault(name.replace("/embeddings/", "/embeddings_0/", 1), name)
+        if name.endswith("/embeddings/multiply_by_sqrt_depth"):
+            scope = name.split("/", 1)[0]
+            aliases.setdefault(f"{scope}/scale_embeddings", name)
+    return dataclasses.replace(model, variables=variables, aliases=aliases)
+
+
+def legacy_config(model: ModelBin) -> dict[str, Any]:
+    """config.json's entries of a model from before config.json (binary version < 6), from
+    the attributes model.bin held, as CTranslate2's ``SequenceToSequenceModel::initialize``
+    derives them."""
+    found: dict[str, Any] = {}
+    for name, default in LEGACY_ATTRIBUTES.items():
+        value = model.variables.get(name)
+        if value is None:
+            found[name] = default
+        elif isinstance(default, str):
+            found[name] = value.astype(np.int8).tobytes().decode("utf-8")
+        else:
+            found[name] = bool(value.item())
+    if found["user_decoder_start_tokens"]:
+        start = None
+    else:
+        start = found["bos_token"] if found["with_target_bos"] else found["eos_token"]
+    return {"unk_token": found["unk_token"], "bos_token": found["bos_token"],
+            "eos_token": found["eos_token"], "add_source_bos": found["with_source_bos"],
+            "add_source_eos": found["with_source_eos"], "decoder_start_token": start}
 
 
 class _Variables:
@@ -97,10 +195,12 @@ class _Variables:
 
     def __init__(self, path: Path):
         self.path = path
-        spec, self.raw, self.aliases = read_model_bin(path)
-        if spec != "TransformerSpec":
-            raise UnsupportedModel(f"{path}: a {spec}, not a Transformer encoder-decoder "
-                                   "(TransformerSpec)")
+        stored = read_model_bin(path)
+        if stored.spec not in ("TransformerSpec", *LEGACY_HEADS):
+            raise UnsupportedModel(f"{path}: a {stored.spec}, not a Transformer "
+                                   "encoder-decoder (TransformerSpec)")
+        self.model = _modernised(stored)
+        self.raw, self.aliases = self.model.variables, self.model.aliases
         names = set(self.raw) | set(self.aliases)
         for name in names:
             for marker, feature in _UNSUPPORTED.items():
@@ -127,7 +227,13 @@ class _Variables:
         stored = self.aliases.get(name, name)
         value = self.raw[stored]
         if value.dtype in (np.int8, np.int16):  # quantised: weight / scale (per row for int8)
-            scale = self.raw[self.aliases.get(stored + "_scale", stored + "_scale")]
+            scale_name = self.aliases.get(stored + "_scale", stored + "_scale")
+            if scale_name in self.raw:
+                scale = self.raw[scale_name]
+            elif value.dtype == np.int16:  # an older release's int16 weights
+                scale = np.array(GLOBAL_INT16_SCALE, np.float32)
+            else:
+                raise UnsupportedModel(f"{self.path}: int8 {name} without its scale")
             scale = scale.reshape(-1, 1) if scale.ndim else scale
             return value.astype(np.float32) / scale
         return value.astype(np.float32)
@@ -155,8 +261,11 @@ def _position_layout(variables: _Variables, scope: str, d_model: int) -> tuple[s
         return "tensor2tensor", 1
     table = torch.from_numpy(variables.array(name))
     # A table stored in 16 bits is the sinusoids rounded: compare at that precision.
-    stored = variables.raw[variables.aliases.get(name, name)].dtype
+    stored_name = variables.aliases.get(name, name)
+    stored = variables.raw[stored_name].dtype
     tolerance = {np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-3}.get(stored, 1e-2)
+    if stored_name in variables.model.bfloat16:
+        tolerance = 1e-2
     for layout in ("halves", "interleaved", "tensor2tensor"):
         for offset in (0, 1, 2):
             candidate = sinusoidal_table(table.shape[0], d_model, layout, offset)
@@ -229,6 +338,30 @@ def _weights(variables: _Variables, pre_norm: bool) -> dict[str, np.ndarray]:
     return ours
 
 
+def _relative_positions(variables: _Variables, ours: dict[str, np.ndarray]) -> int:
+    """The clipping distance of the self-attentions' relative position representations (0:
+    none), their tables put into ``ours``; every self-attention must have them, alike."""
+    found = set()
+    for scope, mine in (("encoder", "encoder_layers"), ("decoder", "decoder_layers")):
+        for i in range(_layers(variables, scope)):
+            attention = f"{scope}/layer_{i}/self_attention"
+            if not variables.has(attention + "/relative_position_keys"):
+                found.add(0)
+                continue
+            keys = variables.array(attention + "/relative_position_keys")
+            values = variables.array(attention + "/relative_position_values")
+            if keys.shape != values.shape or keys.shape[0] % 2 == 0:
+                raise UnsupportedModel(f"{variables.path}: relative position tables of shapes "
+                                       f"{keys.shape} and {values.shape} in {attention}")
+            ours[f"{mine}.{i}.self_attn.relative_keys"] = keys
+            ours[f"{mine}.{i}.self_attn.relative_values"] = values
+            found.add((keys.shape[0] - 1) // 2)
+    if len(found) > 1:
+        raise UnsupportedModel(f"{variables.path}: relative positions in some self-attentions "
+                               "only, or clipped at different distances")
+    return found.pop() if found else 0
+
+
 def _scale(variables: _Variables, scope: str, d_model: int) -> bool:
     """Whether embeddings are multiplied by sqrt(d_model) (CTranslate2 stores a flag or the
     factor itself; other factors are refused)."""
@@ -277,6 +410,8 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
     if (path / "config.json").is_file():
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     variables = _Variables(path / "model.bin")
+    if variables.model.version < 6:  # its conventions are in model.bin, as CTranslate2 reads
+        config.update(legacy_config(variables.model))
     shared = _read_vocabulary(path, "shared_vocabulary")
     source_pieces = shared or _read_vocabulary(path, "source_vocabulary")
     target_pieces = shared or _read_vocabulary(path, "target_vocabulary")
@@ -284,8 +419,6 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
         raise UnsupportedModel(f"{path}: no vocabulary (shared_vocabulary.json, or "
                                "source_vocabulary.json and target_vocabulary.json)")
     source_pieces, target_pieces = list(source_pieces), list(target_pieces)
-    if config.get("add_source_bos"):
-        raise UnsupportedModel(f"{path}: sources that start with a BOS token (add_source_bos)")
     if variables.has("encoder/layer_0/self_attention/linear_2/weight"):
         raise UnsupportedModel(f"{path}: unfused attention projections")
 
@@ -314,6 +447,7 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
                                                               "decoder/embeddings/weight"))
     tie = variables.same("decoder/projection/weight", "decoder/embeddings/weight")
     weights = _weights(variables, pre_norm)
+    max_relative = _relative_positions(variables, weights)
     projection = variables.array("decoder/projection/weight")
     bias = (variables.array("decoder/projection/bias")
             if variables.has("decoder/projection/bias") else np.zeros(len(target_pieces),
@@ -364,6 +498,7 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
         layer_norm_eps=float(config.get("layer_norm_epsilon") or 1e-5),
         activation=ACTIVATIONS[activation], position_layout=layout, position_offset=offset,
         scale_embeddings=scale, shared_embeddings=share_embeddings, tie_output=tie,
+        max_relative_positions=max_relative,
         output_bias=True, pad_id=pad_id,
         unk_id=index(source_pieces, config.get("unk_token", "<unk>"), "unknown"),
         bos_id=bos_id, eos_id=index(target_pieces, eos, "end"),
@@ -374,6 +509,15 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
     model = Transformer(model_config)
     model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v))
                            for k, v in weights.items()}, strict=True)
+    # What CTranslate2 adds to the pieces it is given (config.json; both false when absent, as
+    # OpenNMT-py writes them, and so Argos Translate ships them). A Marian model (it starts
+    # from a zero embedding) also reads an EOS: CTranslate2 adds it to a model converted from
+    # Marian's own files, Marian's tokenizer to one converted through Transformers.
+    add_bos = bool(config.get("add_source_bos", False))
+    source_format = {"add_bos": add_bos,
+                     "add_eos": bool(config.get("add_source_eos", False)) or zero_start}
+    source_bos_id = (index(source_pieces, config.get("bos_token", "<s>"), "source start")
+                     if add_bos else None)
     source_model, target_model = _tokenizers(path, package)
     source_lang, target_lang = languages or (None, None)
     return Imported(
@@ -383,6 +527,7 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
         target_languages=language_tokens(source_pieces),
         origin={"format": "argos" if package else "ctranslate2",
                 "path": str(package or path)},
+        source_format=source_format, source_bos_id=source_bos_id,
     )
 
 

@@ -260,3 +260,42 @@ def test_a_weight_read_by_two_products_is_quantised_once(tmp_path: Path) -> None
     assert len([i for i in int8.graph.initializer if i.data_type == onnx.TensorProto.INT8]) == 1
     y = ort.InferenceSession(str(tmp_path / "int8.onnx")).run(None, {"x": x})[0]
     np.testing.assert_allclose(y, 2 * x @ w, atol=0.1)
+
+
+@pytest.mark.parametrize("variation", [
+    # pre-norm, relative positions, head size 4 (plain attention), untied output with a bias
+    dict(pre_norm=True, max_relative_positions=3, heads=16, tie_output=False, output_bias=True),
+    dict(pre_norm=False, max_relative_positions=0, heads=4, tie_output=True, output_bias=False,
+         scale_embeddings=False, activation="gelu"),
+])
+def test_recover_gives_back_every_kind_of_model_export_writes(
+        overfit_vocab: Path, tmp_path: Path, variation: dict) -> None:
+    """Not only the models trained here: whatever variation export bakes into the graphs
+    (the importers' models among them) comes back as the weights it was exported from."""
+    import dataclasses
+
+    from tests.conftest import OVERFIT_VOCAB_SIZE
+    from training.model import Transformer
+    from training.recover import checkpoint_from_bundle
+
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=64, d_ff=96, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                         vocab_size=OVERFIT_VOCAB_SIZE, max_positions=64, **variation)
+    model = Transformer(config)
+    with torch.no_grad():
+        for parameter in model.parameters():  # none left at zero (biases, tables)
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+        model.embeddings.lut.weight[config.pad_id] = 0
+    checkpoint = tmp_path / "model.pt"
+    torch.save({"model": model.state_dict(), "model_config": dataclasses.asdict(config),
+                "vocab": str(overfit_vocab), "step": 7}, checkpoint)
+    bundle = export.export_bundle(checkpoint, tmp_path / "bundle")  # parity checked
+    recovered = torch.load(checkpoint_from_bundle(bundle, tmp_path / "r.pt"), weights_only=False)
+    assert recovered["model"].keys() == model.state_dict().keys()
+    for name, tensor in model.state_dict().items():
+        got = recovered["model"][name]
+        if name == "output_bias":  # lost for the tokens never generated, which never use it
+            never = model.never_generate
+            assert torch.equal(got[~never], tensor[~never]) and not got[never].any()
+        else:
+            assert torch.allclose(got, tensor, atol=1e-6, rtol=0), name

@@ -155,13 +155,13 @@ def our_pieces(bundle: Path) -> list[list[str]]:
             for t in engine.translate(SOURCES, beam_size=1, target_lang="deu")]
 
 
-@pytest.mark.parametrize("quantization", [None, "float16", "int8"])
+@pytest.mark.parametrize("quantization", [None, "float16", "bfloat16", "int8", "int16"])
 def test_ctranslate2_import_is_exactly_ctranslate2(marian_dir: Path, ct2_dir: Path,
                                                    tmp_path: Path, quantization) -> None:
     from ctranslate2.converters import TransformersConverter
 
     model = ct2_dir
-    if quantization:  # the same model stored with 16- or 8-bit weights
+    if quantization:  # the same model stored with 16- or 8-bit weights (int16 with scales)
         model = tmp_path / "quantized"
         TransformersConverter(str(marian_dir)).convert(str(model), quantization=quantization)
         for name in ("source.spm", "target.spm"):
@@ -204,10 +204,12 @@ def test_an_argos_package_imports_with_its_languages(marian_dir: Path, ct2_dir: 
         assert our_pieces(bundle) == expected
 
 
-def test_a_pre_norm_opennmt_style_model_round_trips(marian_dir: Path, tmp_path: Path) -> None:
-    """An OpenNMT-py-style model (pre-norm, ReLU, CTranslate2's built-in sinusoids, <blank>
-    padding, <s> start) written through ctranslate2's spec API, with random weights."""
-    import ctranslate2
+def opennmt_model(marian_dir: Path, out: Path, heads: int = 4, add_bos: bool = False,
+                  add_eos: bool = False, max_relative: int = 0) -> Path:
+    """An OpenNMT-style model (pre-norm, ReLU, CTranslate2's built-in sinusoids, <blank>
+    padding, <s> start, shared embeddings) written through ctranslate2's spec API with random
+    weights, and the source conventions its config.json names, with the fixture's
+    SentencePiece model beside it."""
     import numpy as np
     import sentencepiece as spm
     from ctranslate2.specs import common_spec, transformer_spec
@@ -227,7 +229,13 @@ def test_a_pre_norm_opennmt_style_model_round_trips(marian_dir: Path, tmp_path: 
         layer_norm.beta = rng.normal(0, 0.1, d).astype(np.float32)
 
     spec = transformer_spec.TransformerSpec.from_config(
-        2, 4, pre_norm=True, activation=common_spec.Activation.RELU)
+        2, heads, pre_norm=True, activation=common_spec.Activation.RELU,
+        with_relative_position=bool(max_relative))
+    if max_relative:  # OpenNMT-py's max_relative_positions: a key and value table per layer
+        for layer in [*spec.encoder.layer, *spec.decoder.layer]:
+            for table in ("relative_position_keys", "relative_position_values"):
+                setattr(layer.self_attention, table, rng.normal(
+                    0, 0.5, (2 * max_relative + 1, d // heads)).astype(np.float32))
     embeddings = rng.normal(0, 0.3, (vocab, d)).astype(np.float32)
     spec.encoder.embeddings[0].weight = embeddings
     spec.decoder.embeddings.weight = embeddings
@@ -259,25 +267,87 @@ def test_a_pre_norm_opennmt_style_model_round_trips(marian_dir: Path, tmp_path: 
     spec.register_target_vocabulary(pieces)
     spec.config.bos_token, spec.config.eos_token = "<s>", "</s>"
     spec.config.decoder_start_token, spec.config.unk_token = "<s>", "<unk>"
+    spec.config.add_source_bos, spec.config.add_source_eos = add_bos, add_eos
     spec.validate()
     spec.optimize()
-    model_dir = tmp_path / "opennmt"
-    model_dir.mkdir()
-    spec.save(str(model_dir))
-    (model_dir / "sentencepiece.model").write_bytes((marian_dir / "source.spm").read_bytes())
+    out.mkdir(parents=True)
+    spec.save(str(out))
+    (out / "sentencepiece.model").write_bytes((marian_dir / "source.spm").read_bytes())
+    return out
 
-    bundle = import_model(model_dir, tmp_path / "en-de", source_lang="en", target_lang="de")
-    manifest = load_bundle(bundle).manifest["model"]
-    assert manifest["pre_norm"] is True and manifest["tie_output"] is False
-    assert (manifest["position_layout"], manifest["position_offset"]) == ("tensor2tensor", 1)
-    translator = ctranslate2.Translator(str(model_dir), device="cpu")
-    sources = [[*tokenizer.encode(s, out_type=str), "</s>"] for s in SOURCES[:16]]
-    expected = [r.hypotheses[0] for r in translator.translate_batch(
-        sources, beam_size=1, max_decoding_length=20)]
+
+def matches_ctranslate2(model_dir: Path, bundle: Path, beams: tuple[int, ...] = (1, 4),
+                        ) -> dict[int, int]:
+    """{beam: sentences whose tokens equal ctranslate2's on ``model_dir``}: CTranslate2 given
+    the pieces alone, as Argos Translate gives them (it adds what the model's config names)."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    tokenizer = spm.SentencePieceProcessor(model_file=str(model_dir / "sentencepiece.model"))
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32")
+    sources = [tokenizer.encode(s, out_type=str) for s in SOURCES]
     engine = Engine(bundle, threads=1, variant="fp32")
-    got = [t.hypotheses[0].tokens for t in engine.translate(SOURCES[:16], beam_size=1,
-                                                            max_length=20)]
-    assert got == expected
+    found = {}
+    for beam in beams:
+        expected = [r.hypotheses[0] for r in translator.translate_batch(
+            sources, beam_size=beam, max_decoding_length=20)]
+        got = [t.hypotheses[0].tokens for t in engine.translate(
+            SOURCES, beam_size=beam, max_length=20, length_penalty=1.0)]
+        found[beam] = sum(a == b for a, b in zip(got, expected, strict=True))
+    return found
+
+
+@pytest.mark.parametrize(("add_bos", "add_eos", "heads", "max_relative"), [
+    (False, False, 4, 0),  # OpenNMT-py, as Argos Translate (and LibreTranslate) ship models
+    (True, True, 4, 0),  # OpenNMT-tf with both marks
+    (False, True, 4, 0),
+    # A head size of 4: onnxruntime's fused attention takes multiples of 8 only, so the
+    # decoder's attention is exported in plain operators.
+    (False, False, 16, 0),
+    # Relative position representations (Shaw et al.), clipped at 4, as OpenNMT-py trains them
+    # with max_relative_positions; with fused-size heads and with a head size of 4.
+    (False, False, 4, 4),
+    (False, False, 16, 4),
+])
+def test_a_pre_norm_opennmt_style_model_translates_as_ctranslate2_does(
+        marian_dir: Path, tmp_path: Path, add_bos: bool, add_eos: bool, heads: int,
+        max_relative: int) -> None:
+    model_dir = opennmt_model(marian_dir, tmp_path / "opennmt", heads=heads, add_bos=add_bos,
+                              add_eos=add_eos, max_relative=max_relative)
+    bundle = import_model(model_dir, tmp_path / "en-de", source_lang="en", target_lang="de")
+    manifest = load_bundle(bundle).manifest
+    assert manifest["model"]["pre_norm"] is True and manifest["model"]["tie_output"] is False
+    assert (manifest["model"]["position_layout"], manifest["model"]["position_offset"]) == (
+        "tensor2tensor", 1)
+    assert manifest["model"]["max_relative_positions"] == max_relative
+    assert manifest["source_format"] == {"add_bos": add_bos, "add_eos": add_eos}
+    found = matches_ctranslate2(model_dir, bundle)
+    # Greedy: every token id. Beam 4: equal where no two hypotheses' scores tie within float
+    # rounding (the engines sum log-probabilities in different orders).
+    assert found[1] == len(SOURCES) and found[4] >= 0.95 * len(SOURCES), found
+
+
+@pytest.mark.parametrize(("version", "revision", "spec", "int16"), [
+    (1, 1, "", False),  # OpenNMT-tf's names, no spec name, no aliases, item widths
+    (2, 2, "TransformerBase", False),  # heads from the spec's name
+    (3, 3, "TransformerSpec", False),  # aliases; one flag for both stacks
+    (4, 4, "TransformerSpec", False),  # type ids
+    (5, 5, "TransformerSpec", False),  # per-stack flags; conventions still in model.bin
+    (5, 5, "TransformerSpec", True),  # int16 weights without stored scales
+])
+def test_every_binary_version_ctranslate2_loads_imports_as_it_reads_it(
+        marian_dir: Path, tmp_path: Path, version: int, revision: int, spec: str,
+        int16: bool) -> None:
+    from tests.ct2_formats import older_layout
+
+    current = opennmt_model(marian_dir, tmp_path / "current", heads=8, add_eos=True)
+    model_dir = older_layout(current, tmp_path / "older", version, revision, spec,
+                             int16_without_scales=int16)
+    bundle = import_model(model_dir, tmp_path / "en-de", source_lang="en", target_lang="de")
+    assert load_bundle(bundle).manifest["source_format"] == {"add_bos": False,
+                                                              "add_eos": True}
+    found = matches_ctranslate2(model_dir, bundle, beams=(1,))
+    assert found[1] == len(SOURCES), found
 
 
 def test_the_service_serves_an_imported_multilingual_bundle_beside_others(

@@ -111,6 +111,9 @@ class ModelConfig:
     position_layout: str = "interleaved"
     position_offset: int = 0
     scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
+    # Self-attention with relative position representations clipped at this distance (Shaw
+    # et al., 2018; OpenNMT's max_relative_positions) in place of the sinusoids; 0: sinusoids.
+    max_relative_positions: int = 0
     # One embedding table for source and target (§3.4, a joint vocabulary); false gives the
     # source its own table of ``source_vocab_size`` rows (``vocab_size`` is the target's).
     shared_embeddings: bool = True

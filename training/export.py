@@ -182,6 +182,81 @@ class _GraphBuilder:
         )
 
 
+def plain_encoder_inputs(g: _GraphBuilder, config: ModelConfig, src_len: str) -> None:
+    """What every encoder layer's plain attention shares: the scale, the head shapes, the
+    key padding as a mask, and for relative positions each (query, key) pair's table row."""
+    node = g.node
+    g.const("attention_scale", np.array(config.head_dim ** -0.5, np.float32))
+    g.const("masked_score", np.array(np.finfo(np.float32).min, np.float32))
+    g.const("encoder_head_shape", np.array([0, 0, config.heads, config.head_dim], np.int64))
+    g.const("encoder_merged_shape", np.array([0, 0, config.d_model], np.int64))
+    g.const("key_mask_shape", np.array([0, 1, 1, -1], np.int64))
+    node("Reshape", ["src_mask", "key_mask_shape"], ["encoder_seen"])  # [batch, 1, 1, len]
+    if config.max_relative_positions:
+        length = node("Squeeze", [src_len], ["src_len_scalar"])
+        g.const("zero_scalar", np.array(0, np.int64))
+        positions = node("Range", ["zero_scalar", length, "one"], ["src_positions"])
+        distance = node("Sub", [node("Unsqueeze", [positions, "zero"], ["key_positions"]),
+                                node("Unsqueeze", [positions, "axis1"], ["query_positions"])],
+                        ["encoder_distance"])  # [len, len]: key minus query
+        node("Add", [relative_distance(g, distance, config), "max_relative"],
+             ["encoder_relative_index"])
+
+
+def plain_encoder_attention(g: _GraphBuilder, config: ModelConfig, q: str, k: str, v: str,
+                            i: int, prefix: str) -> str:
+    """MultiHeadAttention over the key padding in plain operators, with relative positions
+    where the model has them: their terms are products of each query position with its own
+    row of relative vectors, so positions go first for those MatMuls ([len, batch*heads, .])."""
+    node = g.node
+    name = f"encoder_{i}"
+
+    def heads(x: str) -> str:  # [batch, len, d] -> [batch, heads, len, head_dim]
+        return node("Transpose", [node("Reshape", [x, "encoder_head_shape"], [f"{x}_split"])],
+                    [f"{x}_heads"], perm=[0, 2, 1, 3])
+
+    qh, kh, vh = heads(q), heads(k), heads(v)
+    dots = node("MatMul", [qh, node("Transpose", [kh], [f"{name}_keys_t"], perm=[0, 1, 3, 2])],
+                [f"{name}_dots"])
+    if config.max_relative_positions:
+        rel_keys, rel_values = _relative_tables(g, prefix, "encoder_relative_index", name)
+        g.const("by_position", np.array([0, -1, config.head_dim], np.int64))
+        by_position = node("Reshape", [node("Transpose", [qh], [f"{name}_q_t"],
+                                            perm=[2, 0, 1, 3]), "by_position"],
+                           [f"{name}_q_by_position"])  # [len, batch*heads, head_dim]
+        rel = node("MatMul", [by_position, node("Transpose", [rel_keys], [f"{name}_rk_t"],
+                                                perm=[0, 2, 1])], [f"{name}_rel_dots_t"])
+        dots = node("Add", [dots, _unfold(g, rel, f"{name}_rel_dots")], [f"{name}_all_dots"])
+    scores = node("Mul", [dots, "attention_scale"], [f"{name}_scores"])
+    masked = node("Where", ["encoder_seen", scores, "masked_score"], [f"{name}_masked"])
+    probs = node("Softmax", [masked], [f"{name}_probs"], axis=-1)
+    context = node("MatMul", [probs, vh], [f"{name}_context_h"])
+    if config.max_relative_positions:
+        p_t = node("Transpose", [probs], [f"{name}_p_t"], perm=[2, 0, 1, 3])
+        shape = node("Concat", [g.const("zero_minus_one", np.array([0, -1], np.int64)),
+                                node("Shape", [p_t], [f"{name}_keys_len"], start=3, end=4)],
+                     [f"{name}_p_shape"], axis=0)
+        p_by_position = node("Reshape", [p_t, shape],
+                             [f"{name}_p_by_position"])  # [len, batch*heads, len]
+        rel = node("MatMul", [p_by_position, rel_values], [f"{name}_rel_context_t"])
+        context = node("Add", [context, _unfold(g, rel, f"{name}_rel_context")],
+                       [f"{name}_all_context"])
+    context = node("Transpose", [context], [f"{name}_context_t"], perm=[0, 2, 1, 3])
+    return node("Reshape", [context, "encoder_merged_shape"], [f"context_{i}"])
+
+
+def _unfold(g: _GraphBuilder, x: str, name: str) -> str:
+    """[len, batch*heads, n] -> [batch, heads, len, n]: the products by position, back."""
+    shape = g.node("Concat", [g.node("Shape", [x], [f"{name}_len"], start=0, end=1),
+                              g.const("minus_one_heads", np.array([-1, g.config.heads],
+                                                                  np.int64)),
+                              g.node("Shape", [x], [f"{name}_n"], start=2, end=3)],
+                   [f"{name}_shape"], axis=0)
+    return g.node("Transpose", [g.node("Reshape", [x, shape], [f"{name}_4d"])], [name],
+                  perm=[1, 2, 0, 3])
+
+
+
 def _fused_encoder_graph(model: Transformer):
     """The encoder and every decoder layer's cross-attention keys/values as a hand-built graph
     of onnxruntime's fused kernels: the maths of ``Transformer.encode_cross`` (and
@@ -211,6 +286,9 @@ def _fused_encoder_graph(model: Transformer):
                        ["position_encoded"])
     x = g.node("Add", [g.node("Gather", [table, "src_tokens"], ["embedded"]),
                        positions], ["x_0"])
+    plain = not fused_attention_fits(config)
+    if plain:
+        plain_encoder_inputs(g, config, src_len)
 
     for i in range(config.encoder_layers):
         p = f"encoder_layers.{i}."
@@ -218,8 +296,11 @@ def _fused_encoder_graph(model: Transformer):
         def self_attention(y: str, i=i, a=p + "self_attn.") -> tuple[str, str]:
             q, k, v = (f"{part}_{i}" for part in "qkv")
             g.node("Split", [g.qkv(a, y, i)], [q, k, v], axis=2, num_outputs=3)
-            context = g.node("MultiHeadAttention", [q, k, v, "", key_padding],
-                             [f"context_{i}"], domain="com.microsoft", num_heads=heads)
+            if plain:
+                context = plain_encoder_attention(g, config, q, k, v, i, a)
+            else:
+                context = g.node("MultiHeadAttention", [q, k, v, "", key_padding],
+                                 [f"context_{i}"], domain="com.microsoft", num_heads=heads)
             out = g.node("MatMul", [context, g.weight(a + "w_o.")], [f"self_out_{i}"])
             return out, a + "w_o.bias"
 
@@ -265,6 +346,143 @@ def _fused_encoder_graph(model: Transformer):
          _value_info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
          _value_info("cross_last", F, ["batch", 1, 2 * layers * d_model])],
     )
+
+
+# onnxruntime's GroupQueryAttention runs on the CPU only for head sizes that are a multiple of
+# 8; other models' decoders get attention built of plain operators (``plain_self_attention``).
+FUSED_HEAD_MULTIPLE = 8
+
+
+def fused_attention_fits(config: ModelConfig) -> bool:
+    """Whether the attentions can be onnxruntime's fused kernels: a head size they take, and
+    no relative positions (which add terms inside the attention)."""
+    return config.head_dim % FUSED_HEAD_MULTIPLE == 0 and not config.max_relative_positions
+
+
+def _relative_tables(g: _GraphBuilder, prefix: str, index: str, name: str,
+                     ) -> tuple[str, str]:
+    """The attention's relative key and value vectors for each (query, key) pair of
+    ``index`` (rows of its tables): ``index``'s shape + [head_dim] each."""
+    state = g.state
+    return tuple(g.node("Gather", [g.const(prefix + f"relative_{kind}",
+                                           state[prefix + f"relative_{kind}"]), index],
+                        [f"{name}_relative_{kind}"])
+                 for kind in ("keys", "values"))  # type: ignore[return-value]
+
+
+def plain_attention_inputs(g: _GraphBuilder, config: ModelConfig) -> None:
+    """What every layer's plain attention shares: the score scale, the most negative score,
+    the head split's shape, and which cache columns each row attends to (self: up to its
+    position; cross: its source length, at least 1, as GroupQueryAttention reads it)."""
+    node = g.node
+    g.const("attention_scale", np.array(config.head_dim ** -0.5, np.float32))
+    g.const("masked_score", np.array(np.finfo(np.float32).min, np.float32))
+    g.const("zero_value", np.array(0, np.float32))
+    g.const("head_shape", np.array([0, 1, config.heads, config.head_dim], np.int64))
+    g.const("merged_shape", np.array([0, 1, config.d_model], np.int64))
+    g.const("zero_i64", np.array(0, np.int64))
+    g.const("row_shape", np.array([0, 1, 1, -1], np.int64))
+    g.const("column_shape", np.array([0, 1, -1, 1], np.int64))
+    g.const("six_zeros", np.zeros(6, np.int64))
+    g.const("zero_1d", np.zeros(1, np.int64))
+    # Self caches: the step's columns are max(past columns, longest position + 1), past
+    # columns padded with zeros when the longest row outgrows them (a bound buffer never is).
+    past = node("Squeeze", [node("Shape", ["self_keys_0"], ["past_columns_1d"], start=2, end=3)],
+                ["past_columns"])
+    longest = node("Add", ["longest_position", "one"], ["longest_total"])
+    columns = node("Max", [past, longest], ["step_columns"])
+    grow = node("Reshape", [node("Sub", [columns, past], ["grown_columns"]), g.const(
+        "one_dim", np.array([1], np.int64))], ["grown_columns_1d"])
+    node("Concat", ["six_zeros", grow, "zero_1d"], ["self_pads"], axis=0)  # [b, h, +cols, d]
+    index = node("Range", ["zero_i64", columns, "one"], ["self_columns"])
+    row = node("Unsqueeze", [index, g.const("axis0", np.array([0], np.int64))],
+               ["self_columns_2d"])
+    at = node("Equal", [row, "positions_2d"], ["self_at_position"])
+    node("Reshape", [at, "column_shape"], ["self_write"])  # [batch, 1, columns, 1]
+    seen = node("LessOrEqual", [row, "positions_2d"], ["self_seen_2d"])
+    node("Reshape", [seen, "row_shape"], ["self_seen"])  # [batch, 1, 1, columns]
+    if config.max_relative_positions:  # each column's table row: its clipped distance
+        node("Add", [relative_distance(g, node("Sub", [row, "positions_2d"],
+                                               ["self_distance"]), config), "max_relative"],
+             ["self_relative_index"])  # [batch, columns]
+    # Cross caches: columns below each row's source length.
+    width = node("Squeeze", [node("Shape", ["cross_keys_0"], ["src_width_1d"], start=2,
+                                  end=3)], ["src_width"])
+    source = node("Unsqueeze", [node("Range", ["zero_i64", width, "one"], ["src_columns"]),
+                                "axis0"], ["src_columns_2d"])
+    lengths = node("Unsqueeze", ["src_lengths", "axis1"], ["src_lengths_2d"])
+    node("Reshape", [node("Less", [source, lengths], ["src_seen_2d"]), "row_shape"],
+         ["src_seen"])
+
+
+def relative_distance(g: _GraphBuilder, distance: str, config: ModelConfig) -> str:
+    """``distance`` clipped at the model's relative reach, either way."""
+    k = config.max_relative_positions
+    g.const("max_relative", np.array(k, np.int64))
+    g.const("min_relative", np.array(-k, np.int64))
+    return g.node("Clip", [distance, "min_relative", "max_relative"], [f"{distance}_clipped"])
+
+
+def _heads(g: _GraphBuilder, x: str, name: str) -> str:
+    """[batch, 1, d_model] -> [batch, heads, 1, head_dim]"""
+    return g.node("Transpose", [g.node("Reshape", [x, "head_shape"], [f"{name}_split"])],
+                  [name], perm=[0, 2, 1, 3])
+
+
+def _attend(g: _GraphBuilder, q: str, keys: str, values: str, seen: str, name: str,
+            relative: tuple[str, str] | None = None) -> str:
+    """softmax(q kᵀ / sqrt(head_dim)) v over the columns ``seen`` ([batch, 1, 1, columns]);
+    [batch, 1, d_model]. ``relative``: per-row relative key and value vectors [batch, 1,
+    columns, head_dim]. One query a row, so q (k + r_k)ᵀ and p (v + r_v) are the relative
+    terms in the same MatMuls, which a row computes alike alone and in a batch (separate
+    products broadcast over the heads did not). Values in unseen columns are zeroed first:
+    the cache's spare columns hold whatever was there (even NaN), and 0 x NaN is NaN."""
+    node = g.node
+    if relative:
+        keys = node("Add", [keys, relative[0]], [f"{name}_relative_keys_added"])
+        values = node("Add", [values, relative[1]], [f"{name}_relative_values_added"])
+    seen_rows = node("Transpose", [seen], [f"{name}_seen_rows"], perm=[0, 1, 3, 2])
+    values = node("Where", [seen_rows, values, "zero_value"], [f"{name}_seen_values"])
+    dots = node("MatMul", [q, node("Transpose", [keys], [f"{name}_keys_t"], perm=[0, 1, 3, 2])],
+                [f"{name}_dots"])
+    scores = node("Mul", [dots, "attention_scale"], [f"{name}_scores"])
+    masked = node("Where", [seen, scores, "masked_score"], [f"{name}_masked"])
+    probs = node("Softmax", [masked], [f"{name}_probs"], axis=-1)
+    context = node("Transpose", [node("MatMul", [probs, values], [f"{name}_context_h"])],
+                   [f"{name}_context_t"], perm=[0, 2, 1, 3])
+    return node("Reshape", [context, "merged_shape"], [f"{name}_context"])
+
+
+def plain_self_attention(g: _GraphBuilder, config: ModelConfig, qkv: str,
+                         caches: dict[str, str], i: int, prefix: str) -> str:
+    """GroupQueryAttention's self-attention step in plain operators: this step's key/value
+    written at each row's position (into the bound buffer, as the fused kernel does), then
+    attention over the columns up to it, with relative positions where the model has them."""
+    node = g.node
+    relative = None
+    if config.max_relative_positions:
+        pair = _relative_tables(g, prefix, "self_relative_index", f"self_{i}")
+        relative = tuple(node("Unsqueeze", [table, "axis1"], [f"{table}_4d"])
+                         for table in pair)
+    q, k, v = (f"plain_{part}_{i}" for part in "qkv")
+    node("Split", [qkv], [q, k, v], axis=2, num_outputs=3)
+    for kind, new in (("keys", k), ("values", v)):
+        padded = node("Pad", [caches[f"self_{kind}"], "self_pads"], [f"padded_{kind}_{i}"])
+        node("Where", ["self_write", _heads(g, new, f"new_{kind}_{i}"), padded],
+             [f"present_{kind}_{i}"])
+    return _attend(g, _heads(g, q, f"plain_q_heads_{i}"), f"present_keys_{i}",
+                   f"present_values_{i}", "self_seen", f"self_{i}", relative)
+
+
+def plain_cross_attention(g: _GraphBuilder, config: ModelConfig, q: str,
+                          caches: dict[str, str], i: int) -> str:
+    """GroupQueryAttention's cross-attention in plain operators: over each row's source
+    columns; the caches pass through unchanged."""
+    for kind in ("keys", "values"):
+        g.node("Identity", [caches[f"cross_{kind}"]], [f"present_cross_{kind}_{i}"])
+    return _attend(g, _heads(g, q, f"cross_q_heads_{i}"), caches["cross_keys"],
+                   caches["cross_values"], "src_seen", f"cross_{i}")
+
 
 
 def _fused_decoder_graph(model: Transformer):
@@ -326,12 +544,20 @@ def _fused_decoder_graph(model: Transformer):
                    for kind in ("key", "value")]
     node("Split", ["cross_last"], last_source, axis=2, num_outputs=len(last_source))
 
+    plain = not fused_attention_fits(config)
+    if plain:
+        plain_attention_inputs(g, config)
+
     for i in range(config.decoder_layers):
         p = f"decoder_layers.{i}."
         caches = {name: f"{name}_{i}" for name in CACHE_INPUTS}
         a, c = p + "self_attn.", p + "cross_attn."
 
         def self_attention(y: str, i=i, a=a, caches=caches) -> tuple[str, str]:
+            if plain:
+                context = plain_self_attention(g, config, g.qkv(a, y, i), caches, i, a)
+                return node("MatMul", [context, g.weight(a + "w_o.")], [f"self_out_{i}"]), (
+                    a + "w_o.bias")
             context = node(
                 "GroupQueryAttention",
                 [g.qkv(a, y, i), "", "", caches["self_keys"], caches["self_values"],
@@ -346,6 +572,10 @@ def _fused_decoder_graph(model: Transformer):
             q = node("Add", [node("MatMul", [y, g.weight(c + "w_q.")], [f"cross_q_nobias_{i}"]),
                              g.bias(c + "w_q.bias")], [f"cross_q_{i}"])
             keys, values = caches["cross_keys"], caches["cross_values"]
+            if plain:
+                context = plain_cross_attention(g, config, q, caches, i)
+                return node("MatMul", [context, g.weight(c + "w_o.")], [f"cross_out_{i}"]), (
+                    c + "w_o.bias")
             context = node(
                 "GroupQueryAttention",
                 [q, f"cross_last_key_{i}", f"cross_last_value_{i}", keys, values, src_last,
@@ -557,6 +787,8 @@ def _write_tokenizers(staging: Path, source_model: Path, imported: dict[str, Any
         entries["vocabulary"] = names
     if imported.get("target_languages"):
         entries["target_languages"] = dict(imported["target_languages"])
+    entries["source_format"] = dict(imported.get("source_format")
+                                    or {"add_bos": False, "add_eos": True})
     return entries
 
 
@@ -610,6 +842,8 @@ def export_bundle(
         variants = {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}}
         special_ids = {"pad": config.pad_id, "unk": config.unk_id, "bos": config.bos_id,
                        "eos": config.eos_id}
+        if imported.get("source_bos_id") is not None:  # the start of a source, not of decoding
+            special_ids["source_bos"] = imported["source_bos_id"]
         tokenizers = _write_tokenizers(staging, vocab, imported)
         if int8:
             vocabulary = Vocabulary.from_manifest(

@@ -38,12 +38,16 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
 
 
 class PositionalEncoding(nn.Module):
-    """Adds the fixed sinusoidal encoding of each token's position (§3.5), then dropout."""
+    """Adds the fixed sinusoidal encoding of each token's position (§3.5), then dropout. A
+    model with relative position representations (``max_relative_positions``) adds none: its
+    self-attention knows the distances (``MultiHeadAttention``)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         table = sinusoidal_table(config.max_positions, config.d_model, config.position_layout,
                                  config.position_offset)
+        if config.max_relative_positions:
+            table = torch.zeros_like(table)
         self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -81,10 +85,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
     return torch.matmul(torch.softmax(scores, dim=-1), value)
 
 
-class MultiHeadAttention(nn.Module):
-    """§3.2.2: h parallel attention heads over learned projections, concatenated and projected."""
+def relative_indices(distances: Tensor, max_relative: int) -> Tensor:
+    """Rows of the relative tables for key-minus-query ``distances``, clipped at
+    ``max_relative`` either way (Shaw et al., 2018)."""
+    return distances.clamp(-max_relative, max_relative) + max_relative
 
-    def __init__(self, d_model: int, heads: int, dropout: float):
+
+class MultiHeadAttention(nn.Module):
+    """§3.2.2: h parallel attention heads over learned projections, concatenated and projected.
+    With ``max_relative`` > 0, self-attention with relative position representations (Shaw
+    et al., 2018, as OpenNMT and CTranslate2 compute them): a learned key and value vector per
+    clipped distance, added to each key's score (scaled as the keys are) and to the output."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, max_relative: int = 0):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
@@ -94,9 +107,34 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
         self.dropout = dropout
+        self.max_relative = max_relative
         for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
+        if max_relative:
+            rows = 2 * max_relative + 1
+            self.relative_keys = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02)
+            self.relative_values = nn.Parameter(torch.randn(rows, self.head_dim) * 0.02)
+
+    def _relative_attention(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor,
+                            distances: Tensor) -> Tensor:
+        """``scaled_dot_product_attention`` plus the relative terms; ``distances`` (key
+        position minus query position) is [q, k], or [batch, q, k] when rows differ."""
+        index = relative_indices(distances, self.max_relative)
+        if index.dim() == 2:
+            index = index[None]
+        rel_keys = self.relative_keys[index]  # [batch or 1, q, k, head_dim]
+        rel_values = self.relative_values[index]
+        scale = 1 / math.sqrt(query.size(-1))
+        scores = torch.matmul(query, key.transpose(-2, -1))
+        scores = scores + torch.matmul(query.unsqueeze(-2),
+                                       rel_keys.transpose(-2, -1).unsqueeze(1)).squeeze(-2)
+        scores = (scores * scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores, dim=-1)
+        if self.training and self.dropout > 0:
+            probs = F.dropout(probs, self.dropout)
+        return torch.matmul(probs, value) + torch.matmul(
+            probs.unsqueeze(-2), rel_values.unsqueeze(1)).squeeze(-2)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> [batch, heads, len, head_dim]"""
@@ -106,10 +144,18 @@ class MultiHeadAttention(nn.Module):
         """Project ``memory`` into per-head keys and values; cacheable across decoding steps."""
         return self.split_heads(self.w_k(memory)), self.split_heads(self.w_v(memory))
 
-    def attend(self, x: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> Tensor:
-        """Queries from ``x`` attend over already projected per-head ``key``/``value``."""
+    def attend(self, x: Tensor, key: Tensor, value: Tensor, mask: Tensor,
+               distances: Tensor | None = None) -> Tensor:
+        """Queries from ``x`` attend over already projected per-head ``key``/``value``;
+        ``distances`` (key minus query positions) for relative positions, else the plain
+        in-order ones."""
         query = self.split_heads(self.w_q(x))
-        if self.training and self.dropout > 0:
+        if self.max_relative:
+            if distances is None:
+                distances = (torch.arange(key.size(2), device=x.device)[None]
+                             - torch.arange(x.size(1), device=x.device)[:, None])
+            context = self._relative_attention(query, key, value, mask, distances)
+        elif self.training and self.dropout > 0:
             # Attention dropout (§5.4 applies dropout to sub-layer outputs; fairseq and
             # tensor2tensor also drop attention weights). Fused kernel: same maths, faster.
             context = F.scaled_dot_product_attention(
@@ -168,7 +214,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
+        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout,
+                                            config.max_relative_positions)
         self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout,
                                                     config.activation)
         self.sublayer = nn.ModuleList([AddNorm(d, config.dropout, p, eps) for _ in range(2)])
@@ -184,7 +231,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         d, p, eps = config.d_model, config.pre_norm, config.layer_norm_eps
-        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout)
+        self.self_attn = MultiHeadAttention(d, config.heads, config.dropout,
+                                            config.max_relative_positions)
         self.cross_attn = MultiHeadAttention(d, config.heads, config.dropout)
         self.feed_forward = PositionwiseFeedForward(d, config.d_ff, config.dropout,
                                                     config.activation)
@@ -204,15 +252,19 @@ class DecoderLayer(nn.Module):
         cross_key: Tensor,
         cross_value: Tensor,
         src_mask: Tensor,
+        distances: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One position ``x`` [batch, 1, d]; the cache holds earlier positions' keys/values.
-        Returns the output and the cache extended by this position's key/value."""
+        Returns the output and the cache extended by this position's key/value. ``distances``
+        [batch, 1, past + 1]: each cached key's position minus the row's (relative
+        positions only)."""
         new_key, new_value = self.self_attn.keys_values(
             self.sublayer[0].norm(x) if self.sublayer[0].pre_norm else x
         )
         key = torch.cat([self_key, new_key], dim=2)
         value = torch.cat([self_value, new_value], dim=2)
-        x = self.sublayer[0](x, lambda y: self.self_attn.attend(y, key, value, self_mask))
+        x = self.sublayer[0](x, lambda y: self.self_attn.attend(y, key, value, self_mask,
+                                                                distances))
         x = self.sublayer[1](
             x, lambda y: self.cross_attn.attend(y, cross_key, cross_value, src_mask)
         )
@@ -340,6 +392,11 @@ class Transformer(nn.Module):
         x = self.positional(self.embeddings(tokens[:, None]), positions[:, None])
         self_mask4 = self_mask[:, None, None, :]
         src_mask4 = src_mask[:, None, None, :]
+        # Cached column c holds position c; the last column, this step, the row's position.
+        past = self_keys.size(3)
+        key_positions = torch.cat([torch.arange(past, device=tokens.device).expand(
+            tokens.size(0), past), positions[:, None]], dim=1)
+        distances = (key_positions - positions[:, None])[:, None, :]
         present_keys, present_values = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, key, value = layer.step(
@@ -350,6 +407,7 @@ class Transformer(nn.Module):
                 cross_keys[i],
                 cross_values[i],
                 src_mask4,
+                distances,
             )
             present_keys.append(key)
             present_values.append(value)

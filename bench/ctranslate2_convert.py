@@ -7,10 +7,9 @@ weights. The mapping (checked against ``ctranslate2/specs`` 4.x):
   our config and ReLU feed-forward layers. CTranslate2's post-norm layers compute
   LayerNorm(x + Sublayer(x)) like ours; the final encoder/decoder LayerNorm exists only for
   pre-norm, as in our model.
-* Self-attention takes one fused QKV linear (``linear[0]`` = concat of w_q, w_k, w_v) and the
-  output linear (``linear[1]``); cross-attention takes the query linear (``linear[0]``), a fused
-  KV linear (``linear[1]``) and the output linear (``linear[2]``). Linear weights are
-  [out, in] in both libraries.
+* The layers' variables are where ``training.weights.ctranslate2_layout`` declares them (the
+  importer of CTranslate2 models reads the same declaration): self-attention's fused QKV
+  linear, cross-attention's query, fused KV and output linears; [out, in] in both libraries.
 * Embeddings are multiplied by sqrt(d_model) (``scale_embeddings``, the default). Source, target
   and the output projection share one table; the projection has a zero bias.
 * Position encodings are given explicitly: our table, whose row 0 is added to the first token
@@ -35,38 +34,24 @@ from ctranslate2.specs import common_spec, transformer_spec
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from training.export import load_checkpoint
 from training.model import sinusoidal_table
+from training.weights import ctranslate2_layout, pack
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(tensor.detach().to(torch.float32).cpu().numpy())
 
 
-def _linear(spec: common_spec.LinearSpec, state: dict, *names: str) -> None:
-    """Fill ``spec`` with the linear ``names[0]``, or with the row-wise concatenation of
-    several linears (a fused projection)."""
-    spec.weight = np.concatenate([_array(state[f"{n}.weight"]) for n in names], axis=0)
-    spec.bias = np.concatenate([_array(state[f"{n}.bias"]) for n in names], axis=0)
-
-
-def _layer_norm(spec: common_spec.LayerNormSpec, state: dict, name: str) -> None:
-    spec.gamma = _array(state[f"{name}.weight"])
-    spec.beta = _array(state[f"{name}.bias"])
-
-
-def _self_attention(spec, state: dict, prefix: str) -> None:
-    _linear(spec.linear[0], state, f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v")
-    _linear(spec.linear[1], state, f"{prefix}.w_o")
-
-
-def _cross_attention(spec, state: dict, prefix: str) -> None:
-    _linear(spec.linear[0], state, f"{prefix}.w_q")
-    _linear(spec.linear[1], state, f"{prefix}.w_k", f"{prefix}.w_v")
-    _linear(spec.linear[2], state, f"{prefix}.w_o")
-
-
-def _feed_forward(spec, state: dict, prefix: str) -> None:
-    _linear(spec.linear_0, state, f"{prefix}.w_1")
-    _linear(spec.linear_1, state, f"{prefix}.w_2")
+def _variable(spec, name: str):
+    """The spec object and attribute a variable name (``encoder/layer_0/ffn/linear_1/bias``)
+    addresses: ``layer_0`` is ``layer[0]``, ``linear_0`` ``linear[0]`` where a list holds them."""
+    *path, attribute = name.split("/")
+    for part in path:
+        base, _, index = part.rpartition("_")
+        if not hasattr(spec, part) and base and index.isdigit() and hasattr(spec, base):
+            spec = getattr(spec, base)[int(index)]
+        else:
+            spec = getattr(spec, part)
+    return spec, attribute
 
 
 def build_spec(model, checkpoint: dict) -> transformer_spec.TransformerSpec:
@@ -92,25 +77,11 @@ def build_spec(model, checkpoint: dict) -> transformer_spec.TransformerSpec:
     decoder.projection.weight = embedding  # tied generator (§3.4), no bias in our model
     decoder.projection.bias = np.zeros(config.vocab_size, np.float32)
 
-    for i, layer in enumerate(encoder.layer):
-        prefix = f"encoder_layers.{i}"
-        _self_attention(layer.self_attention, state, f"{prefix}.self_attn")
-        _layer_norm(layer.self_attention.layer_norm, state, f"{prefix}.sublayer.0.norm")
-        _feed_forward(layer.ffn, state, f"{prefix}.feed_forward")
-        _layer_norm(layer.ffn.layer_norm, state, f"{prefix}.sublayer.1.norm")
-    for i, layer in enumerate(decoder.layer):
-        prefix = f"decoder_layers.{i}"
-        _self_attention(layer.self_attention, state, f"{prefix}.self_attn")
-        _layer_norm(layer.self_attention.layer_norm, state, f"{prefix}.sublayer.0.norm")
-        _cross_attention(layer.attention, state, f"{prefix}.cross_attn")
-        _layer_norm(layer.attention.layer_norm, state, f"{prefix}.sublayer.1.norm")
-        _feed_forward(layer.ffn, state, f"{prefix}.feed_forward")
-        _layer_norm(layer.ffn.layer_norm, state, f"{prefix}.sublayer.2.norm")
-    if config.pre_norm:  # the final LayerNorms exist only in the pre-norm stacks
-        _layer_norm(encoder.layer_norm, state, "encoder_norm")
-        _layer_norm(decoder.layer_norm, state, "decoder_norm")
-
     spec = transformer_spec.TransformerSpec(encoder, decoder)
+    params = {name: _array(tensor) for name, tensor in state.items()}
+    for stored in ctranslate2_layout(config):  # the layers, as training.weights declares them
+        owner, attribute = _variable(spec, stored.name)
+        setattr(owner, attribute, np.ascontiguousarray(pack(stored, params, config)))
     pieces = _vocabulary(Path(checkpoint["vocab"]), config.vocab_size)
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)

@@ -252,7 +252,7 @@ def test_a_weight_read_by_two_products_is_quantised_once(tmp_path: Path) -> None
     onnx.save(model, str(tmp_path / "fp32.onnx"))
     x = rng.uniform(-1, 1, (2, 8)).astype(np.float32)
     quantize_graph(tmp_path / "fp32.onnx", tmp_path / "int8.onnx",
-                   types.SimpleNamespace(low={"x": -1.0}, high={"x": 1.0}))
+                   types.SimpleNamespace(low={"x": -1.0}, high={"x": 1.0}, weights={"w"}))
     int8 = onnx.load(str(tmp_path / "int8.onnx"))
     onnx.checker.check_model(int8)
     ops = [n.op_type for n in int8.graph.node]

@@ -377,3 +377,31 @@ def test_the_service_serves_an_imported_multilingual_bundle_beside_others(
                 "Wo ist der Bahnhof? Die Katze schläft auf dem Sofa.")
 
     asyncio.run(main())
+
+
+def test_two_imported_models_serve_the_pair_between_them_through_english(
+        marian_dir: Path, marian_bundle: Path, tmp_path: Path) -> None:
+    """An Argos-style model imported as fr->en and the imported Opus-MT-style en->mul: fr->deu
+    is served in two legs, exactly as translating twice by hand, untranslatables through
+    both, and each leg's sentences cached under that leg's own pair and model."""
+    import shutil
+
+    from service.translator import Translator
+
+    models = tmp_path / "models"
+    import_model(opennmt_model(marian_dir, tmp_path / "opennmt"), models / "fr-en",
+                 source_lang="fr", target_lang="en")
+    shutil.copytree(marian_bundle, models / "en-mul")
+    source = SOURCES[3] + " https://example.org/a"
+    with Translator.open(models, device="cpu", threads=1, workers=1) as translator:
+        assert translator.pivots[("fr", "deu")] == "en"
+        middle = translator.translate_batch([source], ("fr", "en"))[0].text
+        by_hand = translator.translate_batch([middle], ("en", "deu"))[0].text
+        pivoted = translator.translate_batch([source], ("fr", "deu"))[0].text
+        assert pivoted == by_hand
+        assert pivoted.count("https://example.org/a") == 1
+        # Both legs were decoded before: translating again is answered by the cache, one
+        # hit a leg (the sentence, then its English).
+        hits = translator.cache.hits
+        assert translator.translate_batch([source], ("fr", "deu"))[0].text == pivoted
+        assert translator.cache.hits == hits + 2

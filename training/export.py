@@ -39,6 +39,7 @@ from training.config import ModelConfig
 from training.fp16 import checked_fp16
 from training.model import Transformer
 from training.quantize import calibration_sources, quantize_int8, vocabulary_sources
+from training.weights import graph_layout, pack
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,21 @@ def _value_info(name: str, dtype: int, shape: list):
 
 
 class _GraphBuilder:
-    """Nodes and named initialisers of a hand-built graph of onnxruntime's fused CPU kernels,
-    with the model's weights at hand. Weights keep the module's names (transposed for MatMul,
-    or concatenated under a new name), which is what ``training.recover`` reads back."""
+    """Nodes and named initialisers of a hand-built graph (``graph``: encoder or decoder) of
+    onnxruntime's fused CPU kernels, with the model's weights at hand. Every weight goes in
+    as ``training.weights.graph_layout`` declares it (``stored``), which is what
+    ``training.recover`` reads back."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, graph: str):
         self.config = model.config
         self.state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+        self.layout = {s.name: s for s in graph_layout(model.config) if s.graph == graph}
         self.inits: list = []
         self.nodes: list = []
+
+    def stored(self, name: str) -> str:
+        """The initialiser ``name`` of the layout, packed from the model's weights."""
+        return self.const(name, pack(self.layout[name], self.state, self.config))
 
     def const(self, name: str, array) -> str:
         from onnx import numpy_helper
@@ -114,17 +121,15 @@ class _GraphBuilder:
         shared) or, for the encoder of a model with separate vocabularies,
         ``source_embed_table``."""
         separate = source and not self.config.shared_embeddings
-        embeddings = model.source_lut if source else model.embeddings
-        name = "source_embed_table" if separate else "embed_table"
-        self.const(name, (embeddings.lut.weight.detach().float() * embeddings.scale).numpy())
+        name = self.stored("source_embed_table" if separate else "embed_table")
         self.const("position_table", model.positional.table.float().numpy())
         return name
 
     def weight(self, prefix: str) -> str:  # nn.Linear keeps [out, in]; MatMul wants [in, out]
-        return self.const(prefix + "weight", self.state[prefix + "weight"].T)
+        return self.stored(prefix + "weight")
 
     def bias(self, name: str) -> str:
-        return self.const(name, self.state[name])
+        return self.stored(name)
 
     def layer_norm(self, prefix: str, x: str, out: str) -> str:
         return self.node("LayerNormalization",
@@ -145,12 +150,9 @@ class _GraphBuilder:
 
     def qkv(self, prefix: str, y: str, i: int) -> str:
         """One MatMul (and bias) for an attention's queries, keys and values: [.., 3 * d]."""
-        state = self.state
-        w = np.concatenate([state[prefix + f"w_{n}.weight"] for n in "qkv"]).T
-        b = np.concatenate([state[prefix + f"w_{n}.bias"] for n in "qkv"])
-        product = self.node("MatMul", [y, self.const(prefix + "qkv.weight", w)],
+        product = self.node("MatMul", [y, self.stored(prefix + "qkv.weight")],
                             [f"qkv_nobias_{i}"])
-        return self.node("Add", [product, self.const(prefix + "qkv.bias", b)], [f"qkv_{i}"])
+        return self.node("Add", [product, self.stored(prefix + "qkv.bias")], [f"qkv_{i}"])
 
     def feed_forward(self, f: str, y: str, i: int) -> tuple[str, str]:
         hidden = self.node("MatMul", [y, self.weight(f + "w_1.")], [f"ffn_hidden_nobias_{i}"])
@@ -270,8 +272,8 @@ def _fused_encoder_graph(model: Transformer):
     another."""
     from onnx import TensorProto
 
-    g = _GraphBuilder(model)
-    config, state = g.config, g.state
+    g = _GraphBuilder(model, "encoder")
+    config = g.config
     heads, d_model, head_dim = config.heads, config.d_model, config.head_dim
     layers = config.decoder_layers
     table = g.embedding_tables(model, source=True)
@@ -318,12 +320,9 @@ def _fused_encoder_graph(model: Transformer):
     # [layer][head][head_dim], so one Transpose makes each cache.
     rows = []
     for kind in ("keys", "values"):
-        linears = [f"decoder_layers.{i}.cross_attn.w_{kind[0]}." for i in range(layers)]
-        w = np.concatenate([state[linear + "weight"] for linear in linears]).T
-        b = np.concatenate([state[linear + "bias"] for linear in linears])
-        projected = g.node("Add", [g.node("MatMul", [x, g.const(f"cross_{kind}.weight", w)],
+        projected = g.node("Add", [g.node("MatMul", [x, g.stored(f"cross_{kind}.weight")],
                                           [f"cross_{kind}_nobias"]),
-                                   g.const(f"cross_{kind}.bias", b)], [f"cross_{kind}_flat"])
+                                   g.stored(f"cross_{kind}.bias")], [f"cross_{kind}_flat"])
         split = g.node("Reshape", [projected, g.const(
             f"cross_{kind}_shape", np.array([0, 0, layers, heads, head_dim], np.int64))],
                        [f"cross_{kind}_5d"])
@@ -363,9 +362,7 @@ def _relative_tables(g: _GraphBuilder, prefix: str, index: str, name: str,
                      ) -> tuple[str, str]:
     """The attention's relative key and value vectors for each (query, key) pair of
     ``index`` (rows of its tables): ``index``'s shape + [head_dim] each."""
-    state = g.state
-    return tuple(g.node("Gather", [g.const(prefix + f"relative_{kind}",
-                                           state[prefix + f"relative_{kind}"]), index],
+    return tuple(g.node("Gather", [g.stored(prefix + f"relative_{kind}"), index],
                         [f"{name}_relative_{kind}"])
                  for kind in ("keys", "values"))  # type: ignore[return-value]
 
@@ -508,7 +505,7 @@ def _fused_decoder_graph(model: Transformer):
     ``LayerNormalization`` before the sublayer and an Add after."""
     from onnx import TensorProto
 
-    g = _GraphBuilder(model)
+    g = _GraphBuilder(model, "decoder")
     config = g.config
     heads, d_model = config.heads, config.d_model
     node = g.node
@@ -594,12 +591,11 @@ def _fused_decoder_graph(model: Transformer):
     if config.pre_norm:  # the pre-norm stack's final LayerNorm
         x = g.layer_norm("decoder_norm.", x, "decoder_out")
     never = model.never_generate.numpy()
-    output = model.output_matrix().detach().float().numpy()
-    logits = node("MatMul", [x, g.const("generator.weight", output.T)], ["logits_3d"])
+    logits = node("MatMul", [x, g.stored("generator.weight")], ["logits_3d"])
     # The logits bias, if any, rides on the mask's Add (the mask's -3.4e38 absorbs it).
     penalty = np.where(never, np.finfo(np.float32).min, 0).astype(np.float32)
     if config.output_bias:
-        penalty = penalty + model.output_bias.detach().float().numpy()
+        penalty = penalty + pack(g.layout["never_generate"], g.state, config)
     logits = node("Add", [logits, g.const("never_generate", penalty)], ["logits_masked"])
     node("Squeeze", [logits, "axis1"], ["logits"])
     node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)
@@ -859,7 +855,7 @@ def export_bundle(
                     calibration, lambda text: vocabulary.encode(clean_text(text), target),
                     max_tokens)
                 origin = f"sentences of {calibration.name}"
-            quantize_int8(staging, sources, config.max_positions, config.bos_id, config.eos_id)
+            quantize_int8(staging, sources, config)
             variants["int8"] = {
                 "encoder": "encoder.int8.onnx",
                 "decoder": "decoder.int8.onnx",

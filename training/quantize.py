@@ -29,6 +29,8 @@ import numpy as np
 import onnxruntime as ort
 
 from service.bundle import decoder_feeds
+from training.config import ModelConfig
+from training.weights import matmul_weights
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +67,23 @@ def vocabulary_sources(ids: np.ndarray, eos_id: int, count: int = CALIBRATION_SE
     return [[*map(int, rng.choice(ids, int(rng.integers(3, 40)))), eos_id] for _ in range(count)]
 
 
-def _weighted_matmuls(model) -> list:
-    """The MatMul nodes whose second input is a [K, N] weight of the graph."""
-    matrices = {init.name for init in model.graph.initializer if len(init.dims) == 2}
-    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in matrices]
+def _weighted_matmuls(model, weights: set[str]) -> list:
+    """The MatMul nodes whose second input is one of the graph's weight matrices (those
+    ``training.weights.graph_layout`` declares: not the attention's products of
+    activations)."""
+    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
 class _Ranges:
     """Running [min, max] of chosen tensors of a graph, read as extra graph outputs."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, weights: set[str]):
         import onnx
         from onnx import TensorProto, helper
 
         model = onnx.load(str(path))
-        self.names = sorted({node.input[0] for node in _weighted_matmuls(model)})
+        self.weights = weights
+        self.names = sorted({node.input[0] for node in _weighted_matmuls(model, weights)})
         self.outputs = [output.name for output in model.graph.output]
         for name in self.names:
             model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
@@ -99,11 +103,13 @@ class _Ranges:
         return values[: len(self.outputs)]
 
 
-def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], max_positions: int,
-              bos_id: int, eos_id: int) -> tuple[_Ranges, _Ranges]:
+def calibrate(out_dir: Path, sources: Iterable[Sequence[int]], config: ModelConfig,
+              ) -> tuple[_Ranges, _Ranges]:
     """Translate ``sources`` greedily, one at a time (no padding to distort the ranges), with
     the fp32 graphs in ``out_dir``, recording every weighted MatMul input's range."""
-    encoder, decoder = _Ranges(out_dir / "encoder.onnx"), _Ranges(out_dir / "decoder.onnx")
+    encoder = _Ranges(out_dir / "encoder.onnx", matmul_weights(config, "encoder"))
+    decoder = _Ranges(out_dir / "decoder.onnx", matmul_weights(config, "decoder"))
+    max_positions, bos_id, eos_id = config.max_positions, config.bos_id, config.eos_id
     for ids in sources:
         cross_keys, cross_values, src_mask, cross_last = encoder.run(
             {"src_tokens": np.asarray([ids], np.int64)}
@@ -158,7 +164,7 @@ def quantize_graph(source: Path, target: Path, ranges: _Ranges) -> None:
     model = onnx.load(str(source))
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
-    targets = {node.output[0] for node in _weighted_matmuls(model)}
+    targets = {node.output[0] for node in _weighted_matmuls(model, ranges.weights)}
     biases = _bias_adds(graph, targets, weights)
     folded = {id(add) for add in biases.values()}
     nodes, inits, quantized = [], [], set()
@@ -204,10 +210,11 @@ def quantize_graph(source: Path, target: Path, ranges: _Ranges) -> None:
     onnx.save(model, str(target))
 
 
-def quantize_int8(out_dir: Path, sources: Sequence[Sequence[int]], max_positions: int,
-                  bos_id: int, eos_id: int) -> None:
-    """Write ``encoder.int8.onnx`` and ``decoder.int8.onnx`` beside the fp32 graphs."""
-    encoder, decoder = calibrate(out_dir, sources, max_positions, bos_id, eos_id)
+def quantize_int8(out_dir: Path, sources: Sequence[Sequence[int]], config: ModelConfig,
+                  ) -> None:
+    """Write ``encoder.int8.onnx`` and ``decoder.int8.onnx`` beside the fp32 graphs of a
+    model of ``config``."""
+    encoder, decoder = calibrate(out_dir, sources, config)
     log.info("int8: calibrated on %d sentences", len(sources))
     quantize_graph(out_dir / "encoder.onnx", out_dir / "encoder.int8.onnx", encoder)
     quantize_graph(out_dir / "decoder.onnx", out_dir / "decoder.int8.onnx", decoder)

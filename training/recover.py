@@ -1,19 +1,17 @@
 """Rebuild a PyTorch checkpoint from a bundle's fp32 graphs, so a shipped model can be trained
 further (``train --init-from``) or compared against other engines when its training run is gone.
 
-Every parameter of the model is an initializer of ``encoder.onnx`` or ``decoder.onnx``, both
-built by hand from the module's named weights, transposed for MatMul or concatenated (see
-``export._GraphBuilder``), which is undone here: the tied embedding is the decoder's output
-projection, an untied model's embeddings are its gather tables (unscaled), and a logits bias
-is read off the never-generate mask it was folded into. Post-norm and pre-norm stacks,
-separate vocabularies and relative position tables all come back. The result is checked by
-loading it into a ``Transformer`` with ``strict=True``; ``export`` then checks the maths.
+Every parameter of the model is an initializer of ``encoder.onnx`` or ``decoder.onnx``, where
+``training.weights.graph_layout`` says (transposed for MatMul, concatenated, a scaled gather
+table, a logits bias folded into the never-generate mask), which is undone here for every
+model export writes: post-norm and pre-norm, shared or separate vocabularies, tied or untied
+outputs, relative position tables. The result is checked by loading it into a
+``Transformer`` with ``strict=True``; ``export`` then checks the maths.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import torch
 from service.bundle import load_bundle
 from training.config import ModelConfig
 from training.model import Transformer
+from training.weights import LOGITS_BIAS, graph_layout, unpack
 
 # A bundle's "model" section also carries derived fields (head_dim) for the service.
 _CONFIG_FIELDS = {field.name for field in dataclasses.fields(ModelConfig)}
@@ -36,87 +35,23 @@ def _initializers(path: Path) -> dict[str, np.ndarray]:
     return {init.name: numpy_helper.to_array(init) for init in graph.initializer}
 
 
-def _columns(matrix: np.ndarray, parts: int) -> list[np.ndarray]:
-    """A MatMul weight [in, parts * out] back into ``parts`` nn.Linear weights [out, in]."""
-    return [part.T for part in np.split(matrix, parts, axis=1)]
-
-
-def _layer_params(inits: dict[str, np.ndarray], p: str, norms: int) -> dict[str, np.ndarray]:
-    """One encoder or decoder layer's self-attention (and its relative position tables, where
-    the model has them), feed-forward and norms: what both graphs store alike (the decoder's
-    cross-attention is read by the caller)."""
+def model_params(encoder: Path, decoder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
+    """Every parameter, read back from the graphs' initialisers as
+    ``training.weights.graph_layout`` declares them: arrays that only approximate their
+    parameter first, exact ones over them."""
+    graphs = {"encoder": _initializers(encoder), "decoder": _initializers(decoder)}
+    if "cross_keys.weight" not in graphs["encoder"]:
+        raise ValueError(f"{encoder}: not a graph of this exporter (exported before the "
+                         "encoder was built by hand); recover it with the version that "
+                         "exported it")
     params: dict[str, np.ndarray] = {}
-    qkv_b = np.split(inits[p + "self_attn.qkv.bias"], 3)
-    for part, weight, bias in zip("qkv", _columns(inits[p + "self_attn.qkv.weight"], 3), qkv_b,
-                                  strict=True):
-        params[p + f"self_attn.w_{part}.weight"] = weight
-        params[p + f"self_attn.w_{part}.bias"] = bias
-    for linear in ("self_attn.w_o.", "feed_forward.w_1.", "feed_forward.w_2."):
-        params[p + linear + "weight"] = inits[p + linear + "weight"].T
-        params[p + linear + "bias"] = inits[p + linear + "bias"]
-    for table in ("self_attn.relative_keys", "self_attn.relative_values"):
-        if p + table in inits:
-            params[p + table] = inits[p + table]
-    for norm in range(norms):
-        for part in ("weight", "bias"):
-            name = f"{p}sublayer.{norm}.norm.{part}"
-            params[name] = inits[name]
-    return params
-
-
-def _final_norm(inits: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
-    """A pre-norm stack's final LayerNorm (none in a post-norm graph)."""
-    return {f"{name}.{part}": inits[f"{name}.{part}"] for part in ("weight", "bias")
-            if f"{name}.{part}" in inits}
-
-
-def _unscaled(table: np.ndarray, config: ModelConfig) -> np.ndarray:
-    """An embedding table as the graphs gather it (times sqrt(d_model) when the model scales
-    embeddings, §3.4) back to the parameter."""
-    return table / math.sqrt(config.d_model) if config.scale_embeddings else table
-
-
-def _encoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
-    inits = _initializers(path)
-    if "cross_keys.weight" not in inits:
-        raise ValueError(f"{path}: not a graph of this exporter (exported before the encoder "
-                         "was built by hand); recover it with the version that exported it")
-    params: dict[str, np.ndarray] = _final_norm(inits, "encoder_norm")
-    if not config.shared_embeddings:
-        params["source_embeddings.lut.weight"] = _unscaled(inits["source_embed_table"], config)
-    for i in range(config.encoder_layers):
-        params.update(_layer_params(inits, f"encoder_layers.{i}.", norms=2))
-    # The decoder layers' cross keys and values, projected from the encoder's output here.
-    for kind in ("keys", "values"):
-        weights = _columns(inits[f"cross_{kind}.weight"], config.decoder_layers)
-        biases = np.split(inits[f"cross_{kind}.bias"], config.decoder_layers)
-        for i, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
-            linear = f"decoder_layers.{i}.cross_attn.w_{kind[0]}."
-            params[linear + "weight"], params[linear + "bias"] = weight, bias
-    return params
-
-
-def _decoder_params(path: Path, config: ModelConfig) -> dict[str, np.ndarray]:
-    inits = _initializers(path)
-    output = inits["generator.weight"].T  # the pre-softmax projection [vocab, d_model]
-    params = _final_norm(inits, "decoder_norm")
-    if config.tie_output:
-        params["embeddings.lut.weight"] = output
-    else:
-        params["embeddings.lut.weight"] = _unscaled(inits["embed_table"], config)
-        params["output_projection.weight"] = output
-    if config.output_bias:
-        # The logits bias rides on the never-generate mask's Add: the mask's lowest float
-        # absorbed it for the tokens never generated (padding, start), whose bias is lost
-        # and is never used.
-        penalty = inits["never_generate"]
-        params["output_bias"] = np.where(penalty > np.finfo(np.float32).min / 2, penalty, 0)
-    for i in range(config.decoder_layers):
-        p = f"decoder_layers.{i}."
-        params.update(_layer_params(inits, p, norms=3))
-        for linear in ("cross_attn.w_q.", "cross_attn.w_o."):
-            params[p + linear + "weight"] = inits[p + linear + "weight"].T
-            params[p + linear + "bias"] = inits[p + linear + "bias"]
+    for stored in sorted(graph_layout(config), key=lambda s: s.exact):
+        array = graphs[stored.graph][stored.name]
+        if stored.kind == LOGITS_BIAS:
+            # The never-generate mask's lowest float absorbed the bias of the tokens never
+            # generated (padding, start): lost, and never used.
+            array = np.where(array > np.finfo(np.float32).min / 2, array, 0)
+        params.update(unpack(stored, array, config))
     return params
 
 
@@ -126,9 +61,7 @@ def checkpoint_from_bundle(bundle_dir: str | Path, out_path: str | Path) -> Path
     bundle = load_bundle(bundle_dir)  # manifest and checksums validated
     manifest, out_path = bundle.manifest, Path(out_path)
     config = ModelConfig(**{k: v for k, v in manifest["model"].items() if k in _CONFIG_FIELDS})
-    encoder, decoder = bundle.graph_paths("fp32")
-    params = _encoder_params(encoder, config)
-    params.update(_decoder_params(decoder, config))
+    params = model_params(*bundle.graph_paths("fp32"), config)
     model = Transformer(config)
     model.load_state_dict({k: torch.tensor(np.ascontiguousarray(v))
                            for k, v in params.items()}, strict=True)

@@ -35,6 +35,7 @@ import torch
 from training.config import ModelConfig
 from training.importers import Imported, UnsupportedModel, language_tokens
 from training.model import Transformer, sinusoidal_table
+from training.weights import ctranslate2_layout, unpack
 
 # common_spec.Activation: RELU, GELUTanh, SWISH, GELU, GELUSigmoid, Tanh, Sigmoid
 ACTIVATIONS = {0: "relu", 2: "swish", 3: "gelu"}
@@ -275,23 +276,6 @@ def _position_layout(variables: _Variables, scope: str, d_model: int) -> tuple[s
                            f"({name}), which this model does not support")
 
 
-def _linear(ours: dict, variables: _Variables, mine: str, theirs: str) -> None:
-    ours[mine + "weight"] = variables.array(theirs + "/weight")
-    ours[mine + "bias"] = variables.array(theirs + "/bias")
-
-
-def _norm(ours: dict, variables: _Variables, mine: str, theirs: str) -> None:
-    ours[mine + "weight"] = variables.array(theirs + "/gamma")
-    ours[mine + "bias"] = variables.array(theirs + "/beta")
-
-
-def _split(ours: dict, mine: list[str], weight: np.ndarray, bias: np.ndarray) -> None:
-    """A fused projection (CTranslate2's QKV or KV) into our separate linears."""
-    for name, w, b in zip(mine, np.split(weight, len(mine)), np.split(bias, len(mine)),
-                          strict=True):
-        ours[name + "weight"], ours[name + "bias"] = w, b
-
-
 def _layers(variables: _Variables, scope: str) -> int:
     count = 0
     while variables.has(f"{scope}/layer_{count}/ffn/linear_0/weight"):
@@ -299,50 +283,20 @@ def _layers(variables: _Variables, scope: str) -> int:
     return count
 
 
-def _sublayer_norms(variables: _Variables, ours: dict, mine: str, theirs: str,
-                    names: list[str]) -> None:
-    for index, name in enumerate(names):
-        _norm(ours, variables, f"{mine}sublayer.{index}.norm.", f"{theirs}/{name}/layer_norm")
-
-
-def _weights(variables: _Variables, pre_norm: bool) -> dict[str, np.ndarray]:
+def _weights(variables: _Variables, layers: ModelConfig) -> dict[str, np.ndarray]:
+    """The layers' parameters, where ``training.weights.ctranslate2_layout`` declares them
+    (``layers`` gives the stacks' depth, norm placement and relative positions)."""
     ours: dict[str, np.ndarray] = {}
-    for i in range(_layers(variables, "encoder")):
-        mine, theirs = f"encoder_layers.{i}.", f"encoder/layer_{i}"
-        attention = f"{theirs}/self_attention"
-        _split(ours, [mine + f"self_attn.w_{p}." for p in "qkv"],
-               variables.array(attention + "/linear_0/weight"),
-               variables.array(attention + "/linear_0/bias"))
-        _linear(ours, variables, mine + "self_attn.w_o.", attention + "/linear_1")
-        _linear(ours, variables, mine + "feed_forward.w_1.", theirs + "/ffn/linear_0")
-        _linear(ours, variables, mine + "feed_forward.w_2.", theirs + "/ffn/linear_1")
-        _sublayer_norms(variables, ours, mine, theirs, ["self_attention", "ffn"])
-    for i in range(_layers(variables, "decoder")):
-        mine, theirs = f"decoder_layers.{i}.", f"decoder/layer_{i}"
-        attention, cross = f"{theirs}/self_attention", f"{theirs}/attention"
-        _split(ours, [mine + f"self_attn.w_{p}." for p in "qkv"],
-               variables.array(attention + "/linear_0/weight"),
-               variables.array(attention + "/linear_0/bias"))
-        _linear(ours, variables, mine + "self_attn.w_o.", attention + "/linear_1")
-        _linear(ours, variables, mine + "cross_attn.w_q.", cross + "/linear_0")
-        _split(ours, [mine + "cross_attn.w_k.", mine + "cross_attn.w_v."],
-               variables.array(cross + "/linear_1/weight"),
-               variables.array(cross + "/linear_1/bias"))
-        _linear(ours, variables, mine + "cross_attn.w_o.", cross + "/linear_2")
-        _linear(ours, variables, mine + "feed_forward.w_1.", theirs + "/ffn/linear_0")
-        _linear(ours, variables, mine + "feed_forward.w_2.", theirs + "/ffn/linear_1")
-        _sublayer_norms(variables, ours, mine, theirs, ["self_attention", "attention", "ffn"])
-    if pre_norm:
-        _norm(ours, variables, "encoder_norm.", "encoder/layer_norm")
-        _norm(ours, variables, "decoder_norm.", "decoder/layer_norm")
+    for stored in ctranslate2_layout(layers):
+        ours.update(unpack(stored, variables.array(stored.name), layers))
     return ours
 
 
-def _relative_positions(variables: _Variables, ours: dict[str, np.ndarray]) -> int:
+def _relative_positions(variables: _Variables) -> int:
     """The clipping distance of the self-attentions' relative position representations (0:
-    none), their tables put into ``ours``; every self-attention must have them, alike."""
+    none); every self-attention must have them, alike."""
     found = set()
-    for scope, mine in (("encoder", "encoder_layers"), ("decoder", "decoder_layers")):
+    for scope in ("encoder", "decoder"):
         for i in range(_layers(variables, scope)):
             attention = f"{scope}/layer_{i}/self_attention"
             if not variables.has(attention + "/relative_position_keys"):
@@ -353,8 +307,6 @@ def _relative_positions(variables: _Variables, ours: dict[str, np.ndarray]) -> i
             if keys.shape != values.shape or keys.shape[0] % 2 == 0:
                 raise UnsupportedModel(f"{variables.path}: relative position tables of shapes "
                                        f"{keys.shape} and {values.shape} in {attention}")
-            ours[f"{mine}.{i}.self_attn.relative_keys"] = keys
-            ours[f"{mine}.{i}.self_attn.relative_values"] = values
             found.add((keys.shape[0] - 1) // 2)
     if len(found) > 1:
         raise UnsupportedModel(f"{variables.path}: relative positions in some self-attentions "
@@ -446,8 +398,10 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
     share_embeddings = (shared is not None and variables.same("encoder/embeddings_0/weight",
                                                               "decoder/embeddings/weight"))
     tie = variables.same("decoder/projection/weight", "decoder/embeddings/weight")
-    weights = _weights(variables, pre_norm)
-    max_relative = _relative_positions(variables, weights)
+    max_relative = _relative_positions(variables)
+    weights = _weights(variables, ModelConfig(
+        encoder_layers=_layers(variables, "encoder"), decoder_layers=_layers(variables, "decoder"),
+        pre_norm=pre_norm, max_relative_positions=max_relative))
     projection = variables.array("decoder/projection/weight")
     bias = (variables.array("decoder/projection/bias")
             if variables.has("decoder/projection/bias") else np.zeros(len(target_pieces),

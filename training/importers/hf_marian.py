@@ -18,6 +18,7 @@ import torch
 from training.config import ModelConfig
 from training.importers import Imported, UnsupportedModel, language_tokens
 from training.model import Transformer
+from training.weights import marian_names
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
@@ -80,16 +81,6 @@ def _model_config(path: Path, hf: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _linear(ours: dict, state: dict, mine: str, theirs: str) -> None:
-    ours[mine + "weight"] = state[theirs + "weight"]
-    ours[mine + "bias"] = state[theirs + "bias"]
-
-
-def _attention(ours: dict, state: dict, mine: str, theirs: str) -> None:
-    for part, name in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj"), strict=True):
-        _linear(ours, state, f"{mine}w_{part}.", f"{theirs}{name}.")
-
-
 def _weights(state: dict[str, torch.Tensor], config: ModelConfig, path: Path) -> dict:
     ours: dict[str, torch.Tensor] = {}
     target = state.get("model.decoder.embed_tokens.weight", state.get("model.shared.weight"))
@@ -105,22 +96,10 @@ def _weights(state: dict[str, torch.Tensor], config: ModelConfig, path: Path) ->
         ours["output_projection.weight"] = head
     ours["output_bias"] = state.get("final_logits_bias",
                                     torch.zeros(1, config.vocab_size)).reshape(-1)
-    for i in range(config.encoder_layers):
-        mine, theirs = f"encoder_layers.{i}.", f"model.encoder.layers.{i}."
-        _attention(ours, state, mine + "self_attn.", theirs + "self_attn.")
-        _linear(ours, state, mine + "sublayer.0.norm.", theirs + "self_attn_layer_norm.")
-        _linear(ours, state, mine + "feed_forward.w_1.", theirs + "fc1.")
-        _linear(ours, state, mine + "feed_forward.w_2.", theirs + "fc2.")
-        _linear(ours, state, mine + "sublayer.1.norm.", theirs + "final_layer_norm.")
-    for i in range(config.decoder_layers):
-        mine, theirs = f"decoder_layers.{i}.", f"model.decoder.layers.{i}."
-        _attention(ours, state, mine + "self_attn.", theirs + "self_attn.")
-        _linear(ours, state, mine + "sublayer.0.norm.", theirs + "self_attn_layer_norm.")
-        _attention(ours, state, mine + "cross_attn.", theirs + "encoder_attn.")
-        _linear(ours, state, mine + "sublayer.1.norm.", theirs + "encoder_attn_layer_norm.")
-        _linear(ours, state, mine + "feed_forward.w_1.", theirs + "fc1.")
-        _linear(ours, state, mine + "feed_forward.w_2.", theirs + "fc2.")
-        _linear(ours, state, mine + "sublayer.2.norm.", theirs + "final_layer_norm.")
+    for mine, theirs in marian_names(config).items():  # the layers (training.weights)
+        if theirs not in state:
+            raise UnsupportedModel(f"{path}: no {theirs} in the weights")
+        ours[mine] = state[theirs]
     return ours
 
 

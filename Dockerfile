@@ -54,12 +54,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOST=0.0.0.0 \
     PORT=8000 \
     MODEL_DIR=/opt/models \
+    DATA_DIR=/data \
     DEVICE=cpu \
     LOG_LEVEL=info
 
 RUN groupadd --gid 10001 translator \
     && useradd --uid 10001 --gid translator --no-create-home \
-       --home-dir /nonexistent --shell /usr/sbin/nologin translator
+       --home-dir /nonexistent --shell /usr/sbin/nologin translator \
+    && mkdir /data && chown 10001:10001 /data
+# Glossaries (a SQLite file): mount a volume here to keep them (compose does).
+VOLUME /data
 
 COPY --from=builder /opt/venv /opt/venv
 # The default bundle (models/en-de) and any other bundle in models/: owned by root, read-only.

@@ -123,7 +123,7 @@ mkdir -p "$WORK/plugins"
 cp "$PEER/record_http.py" "$WORK/plugins/"
 
 # ---- the service ----------------------------------------------------------------------------
-SERVE_ENV=(MODEL_DIR="$REPO/models")
+SERVE_ENV=(MODEL_DIR="$REPO/models" DATA_DIR="$WORK/data")  # glossaries: gone with $WORK
 if [[ -n ${PEER_SERVE_REV:-} ]]; then
   rev=$(git -C "$REPO" rev-parse --short "$PEER_SERVE_REV^{commit}") || fail "no revision $PEER_SERVE_REV"
   rm -rf "$WORK/serve-src" && mkdir -p "$WORK/serve-src"

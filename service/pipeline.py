@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import itertools
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
+from service.glossary import GlossaryError, GlossaryStore, Terms, valid_id
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
@@ -80,6 +83,8 @@ class PipelineRequest:
     pivot: bool = True  # a pair no bundle serves may be translated through PIVOT
     key: str = ""
     single: bool = False  # one text sent as a string: its field is "text", not "text[0]"
+    glossary_id: str | None = None  # a stored glossary (service.glossary) to apply
+    glossary: dict[str, str] | None = None  # or entries given with the request
 
 
 @dataclass(frozen=True)
@@ -330,12 +335,13 @@ async def _translate(state: ServiceState, http: Request,
     check_options(request.options, settings)
     require_ready(state)
     pair, detected = resolve_pair(state, request)
+    options = with_glossary(state, request, pair, key)
     client = client_of(http, settings, key)
     characters = sum(map(len, request.texts))
     take_rate(state, client, characters)
     translator = state.translator
     assert translator is not None  # ready implies a translator
-    work = translator.translate(request.texts, pair, request.options, deadline=deadline,
+    work = translator.translate(request.texts, pair, options, deadline=deadline,
                                 request_id=request_id)
     try:
         results = await unless_disconnected(http, work)
@@ -344,6 +350,55 @@ async def _translate(state: ServiceState, http: Request,
     state.usage.add(client, characters)
     via = translator.pivots.get(pair)
     return PipelineResult(results, pair, detected, request_id, via)
+
+
+def glossary_store(state: ServiceState) -> GlossaryStore:
+    """The glossaries' store, or a 503 naming why it cannot be opened (an unwritable
+    DATA_DIR, a file of another layout)."""
+    try:
+        return state.glossaries
+    except (GlossaryError, OSError, sqlite3.Error) as exc:
+        raise PipelineError("unavailable", f"Glossaries are unavailable: {exc}") from None
+
+
+def glossary_owner(state: ServiceState, key: str) -> str:
+    """Whose glossaries a request sees: its key's when the service has keys, else everyone's."""
+    return key if state.settings.api_keys else ""
+
+
+def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key: str,
+                  ) -> TranslateOptions:
+    """The request's options with its glossary's terms (``service.glossary``): the stored
+    glossary it names, which must be its caller's and of its pair, or the entries it gives."""
+    if request.glossary_id is None and request.glossary is None:
+        return request.options
+    field = "glossary_id" if request.glossary_id is not None else "glossary"
+    if pair in state.pivots:
+        raise PipelineError("invalid_field", f"A glossary cannot be applied to "
+                            f"{pair[0]}->{pair[1]}, which is translated through "
+                            f"{state.pivots[pair]}: no bundle serves the pair itself.", field)
+    if request.glossary_id is not None:
+        if not valid_id(request.glossary_id):
+            raise PipelineError("invalid_field", "Invalid glossary_id.", field,
+                                value=request.glossary_id)
+        glossary = glossary_store(state).get(request.glossary_id, glossary_owner(state, key))
+        if glossary is None:
+            raise PipelineError("glossary_not_found", "Glossary not found.", field,
+                                value=request.glossary_id)
+        if pair not in glossary.dictionaries:
+            pairs = ", ".join(f"{s}->{t}" for s, t in glossary.dictionaries)
+            raise PipelineError("invalid_field", f"The glossary is for {pairs}, the request "
+                                f"for {pair[0]}->{pair[1]}.", field)
+        entries = glossary.dictionaries[pair]
+    else:
+        entries = request.glossary or {}
+        limit = state.settings.max_glossary_entries
+        if len(entries) > limit:
+            raise PipelineError("too_many_glossary_entries", f"{len(entries)} glossary "
+                                f"entries; at most {limit} (MAX_GLOSSARY_ENTRIES).", field)
+        if any(not source.strip() or not target.strip() for source, target in entries.items()):
+            raise PipelineError("invalid_field", "A glossary entry has an empty term.", field)
+    return dataclasses.replace(request.options, glossary=Terms(entries))
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

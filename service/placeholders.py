@@ -34,8 +34,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import regex
+
+if TYPE_CHECKING:
+    from service.glossary import Terms
 
 # The marker of item N: change the form here (the recogniser follows it). "%d" stands for the
 # number, "%%" for a percent sign.
@@ -133,7 +137,8 @@ class Restored:
 
 @dataclass(frozen=True)
 class Protected:
-    """``text`` with ``items[i]`` replaced by ``marker % i``."""
+    """``text`` with ``items[i]`` replaced by ``marker % i``; each comes back as
+    ``outputs[i]``: the item itself, or a glossary term's target term."""
 
     text: str
     items: tuple[str, ...]
@@ -141,6 +146,10 @@ class Protected:
     # Per item: whether it opened the source, and whether it closed it.
     at_start: tuple[bool, ...]
     at_end: tuple[bool, ...]
+    outputs: tuple[str, ...] = ()
+
+    def output(self, index: int) -> str:
+        return self.outputs[index] if self.outputs else self.items[index]
 
     def restore(self, translation: str) -> Restored:
         if not self.items:
@@ -165,7 +174,7 @@ class Protected:
                     return _SURPLUS
                 if index not in by_model:
                     by_model.append(index)
-                    return _apart(self.items[index], match)
+                    return _apart(self.output(index), match)
                 seen = self.items[index]  # a copy: fine if it stands for a twin item
             elif seen not in self.items:
                 return seen  # the model's own number, URL, ...: not ours to judge
@@ -173,7 +182,7 @@ class Protected:
             for index, item in enumerate(self.items):
                 if item == seen and index not in marked and index not in by_model:
                     by_model.append(index)
-                    return seen
+                    return self.output(index)
             removed += 1
             return _SURPLUS
 
@@ -210,7 +219,7 @@ class Protected:
         return half.sub(mend, translation), removed
 
     def _put_back(self, text: str, index: int) -> str:
-        item = self.items[index]
+        item = self.output(index)
         if self.at_start[index]:
             return f"{item} {text}" if text else item
         cut = len(text) if self.at_end[index] else _CLOSING.search(text).start()
@@ -218,21 +227,34 @@ class Protected:
         return f"{head} {item}{tail}" if head else f"{item}{tail}"
 
 
-def protect(text: str, marker: str = MARKER) -> Protected:
-    """Mask every untranslatable item of ``text`` (see the module's docstring); ``marker``
-    holds "%d" once, where the item's number goes."""
-    items: list[str] = []
-    at_start: list[bool] = []
-    at_end: list[bool] = []
-
-    def mask(found: regex.Match) -> str:
-        items.append(found.group())
-        at_start.append(not text[: found.start()].strip())
-        at_end.append(not text[found.end():].strip())
-        return marker % (len(items) - 1)
-
-    masked = _patterns(marker)[0].sub(mask, text)
-    return Protected(masked, tuple(items), marker, tuple(at_start), tuple(at_end))
+def protect(text: str, marker: str = MARKER, terms: Terms | None = None,
+            untranslatables: bool = True) -> Protected:
+    """Mask every untranslatable item of ``text`` (see the module's docstring; not with
+    ``untranslatables`` false) and every glossary term ``terms`` finds outside them, which
+    comes back as its target term; ``marker`` holds "%d" once, where the item's number goes."""
+    spans: list[tuple[int, int, str]] = []  # (start, end, what comes back)
+    found = ([(m.start(), m.end(), m.group()) for m in _patterns(marker)[0].finditer(text)]
+             if untranslatables or terms is not None else [])
+    if untranslatables:
+        spans = list(found)
+    if terms is not None:  # never a term inside a URL, a placeholder or another item
+        spans += [(start, end, target) for start, end, target in terms.find(text)
+                  if not any(start < b and a < end for a, b, _ in found)]
+        spans.sort()
+    if not spans:
+        return Protected(text, (), marker, (), ())
+    parts, items, outputs, at_start, at_end = [], [], [], [], []
+    position = 0
+    for index, (start, end, output) in enumerate(spans):
+        parts += [text[position:start], marker % index]
+        items.append(text[start:end])
+        outputs.append(output)
+        at_start.append(not text[:start].strip())
+        at_end.append(not text[end:].strip())
+        position = end
+    parts.append(text[position:])
+    return Protected("".join(parts), tuple(items), marker, tuple(at_start), tuple(at_end),
+                     tuple(outputs) if outputs != items else ())
 
 
 def is_untranslatable(text: str) -> bool:

@@ -8,6 +8,7 @@ environment is the only source, which keeps what runs equal to what ``env`` show
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import Action, ArgumentParser
 from collections.abc import Sequence
@@ -174,6 +175,19 @@ class Settings(BaseSettings):
         True, description="Mask placeholders (%s, %1$s, {count}), URLs, e-mail addresses, "
         "numbers and emoji before translating and put each back verbatim, as often as it was "
         "there (service/placeholders.py)."
+    )
+    data_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_DATA_HOME") or
+                                     Path.home() / ".local" / "share") / "nmt-service",
+        description="Where what must outlive the process is kept: the glossaries' SQLite "
+        "file (created when the first glossary is). In the container /data, a volume."
+    )
+    max_glossary_entries: int = Field(
+        100_000, ge=1, description="Most entries in one glossary (else 413)."
+    )
+    max_glossaries: int = Field(
+        1000, ge=1, description="Most glossaries one API key (everyone, when API_KEYS is "
+        "empty) may keep (else 403)."
     )
     cache_mb: int = Field(
         64, ge=0, description="Memory (MiB) of the cache of translated sentences, which "

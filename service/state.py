@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 
 from service.detect import LanguageDetector
 from service.engine import Engine
+from service.glossary import GlossaryStore
 from service.metrics import Metrics
 from service.overload import LoopLag
 from service.ratelimit import RateLimiter, Usage
@@ -37,12 +38,20 @@ class ServiceState:
     failed_keys: RateLimiter = field(init=False)  # per client address
     usage: Usage = field(default_factory=Usage)
     loop_lag: LoopLag = field(default_factory=LoopLag)
+    _glossaries: GlossaryStore | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(
             self.settings.requests_per_minute, self.settings.chars_per_minute
         )
         self.failed_keys = RateLimiter(self.settings.failed_keys_per_minute, 0)
+
+    @property
+    def glossaries(self) -> GlossaryStore:
+        """The glossaries' store, opened (its file created under DATA_DIR) on first use."""
+        if self._glossaries is None:
+            self._glossaries = GlossaryStore(self.settings.data_dir / "glossaries.sqlite3")
+        return self._glossaries
 
     @property
     def engines(self) -> dict[Pair, Engine]:

@@ -21,13 +21,14 @@ import dataclasses
 import math
 import threading
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from service import markup
 from service.engine import Engine
+from service.glossary import Terms
 from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
 from service.metrics import Metrics
 from service.placeholders import Protected, protect
@@ -62,6 +63,8 @@ class TranslateOptions:
     format: str = "text"  # "text" | "html"
     return_sentences: bool = False  # each sentence with its source, as a reader aligns them
     ignore_tags: tuple[str, ...] = ()  # html: elements whose text is left as it is
+    # A glossary's terms (service.glossary): each comes out as its target term.
+    glossary: Terms | None = field(default=None, compare=False)
 
 
 class InvalidOption(ValueError):
@@ -316,7 +319,7 @@ class Translator:
         try:
             protect_items = self.settings.protect_untranslatables
             prepared = await _off_loop(sum(map(len, texts)) > _INLINE_CHARS, lambda: prepare_texts(
-                texts, engine, pair[1], protect_items))
+                texts, engine, pair[1], protect_items, options.glossary))
             # Repeated sentences (boilerplate, list items) are decoded once, and sentences
             # translated before not again.
             unique: dict[tuple[int, ...], int] = {}
@@ -399,7 +402,8 @@ class Prepared:
 
 
 def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
-                  protect_items: bool = True) -> list[Prepared]:
+                  protect_items: bool = True, glossary: Terms | None = None,
+                  ) -> list[Prepared]:
     """Each text's segmentation and the token ids of its pieces, every piece short enough for
     the model (sentences longer than its positions are split, never cut). With
     ``protect_items`` placeholders, URLs, e-mail addresses, numbers and emoji are masked, so
@@ -408,7 +412,8 @@ def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None 
 
     def prepare(piece: str) -> tuple[Protected | None, list[int]]:
         if piece not in cache:
-            protected = protect(piece) if protect_items else None
+            protected = (protect(piece, terms=glossary, untranslatables=protect_items)
+                         if protect_items or glossary else None)
             masked = protected.text if protected else piece
             cache[piece] = protected, engine.tokenize(masked, target_lang)
         return cache[piece]

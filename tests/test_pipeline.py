@@ -288,7 +288,7 @@ def test_unknown_routes_answer_in_the_apis_shape(api: Api, tmp_path: Path) -> No
         async with serving(app) as client:
             assert api.error(await client.get(f"{base}/no-such-route"), "unknown_route")
             if api.name == "deepl":  # DeepL's newer routes, under v3, in its shape too
-                assert api.error(await client.get("/v3/glossaries"), "unknown_route")
+                assert api.error(await client.get("/v3/style_rules"), "unknown_route")
 
     run(main())
 
@@ -329,10 +329,14 @@ def test_deepl_model_type_and_split_sentences(tmp_path: Path) -> None:
             response = await client.post("/v2/translate", json={
                 "text": ["a"], "target_lang": "DE", "split_sentences": "invalid"})
             assert response.status_code == 400 and "split_sentences" in response.json()["message"]
-            for field in ("glossary_id", "custom_instructions"):  # refused, not ignored
+            for field in ("style_id", "custom_instructions"):  # refused, not ignored
                 response = await client.post("/v2/translate", json={
                     "text": ["a"], "target_lang": "DE", field: "x"})
                 assert response.status_code == 400 and field in response.json()["message"]
+            # A glossary needs source_lang, as DeepL's API says.
+            response = await client.post("/v2/translate", json={
+                "text": ["a"], "target_lang": "DE", "glossary_id": "x"})
+            assert response.status_code == 400 and "source_lang" in response.json()["message"]
             usage = (await client.get("/v2/usage")).json()
             assert usage["character_limit"] > usage["character_count"]  # no cap: not reached
 

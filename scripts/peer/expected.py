@@ -36,15 +36,13 @@ WORDING = "model wording"
 CLASSES = (PROTOCOL, UNSUPPORTED, PAIR, WORDING)
 
 # The unsupported features, in the order they are reported.
-GLOSSARIES = "glossaries"
-GLOSSARIES_V3 = "multilingual glossaries (v3)"
 DOCUMENTS = "documents"
 FORMALITY = "formality more/less"
 REPHRASE = "rephrase/write"
 STYLE_RULES = "style rules"
 TRANSLATION_MEMORIES = "translation memories"
 CUSTOM_INSTRUCTIONS = "custom instructions"
-FEATURES = (GLOSSARIES, GLOSSARIES_V3, DOCUMENTS, FORMALITY, REPHRASE, STYLE_RULES,
+FEATURES = (DOCUMENTS, FORMALITY, REPHRASE, STYLE_RULES,
             TRANSLATION_MEMORIES, CUSTOM_INSTRUCTIONS)
 
 # Evidence. deepl-python words a 404 as "Not found, message: <body's message>" (or "Glossary not
@@ -85,28 +83,11 @@ LIBRETRANSLATE: list[Expected] = []
 
 # ---- deepl-python 1.30.0's tests/ (real-server mode; the mock-server-only tests are skipped) ----
 DEEPL_PYTHON: list[Expected] = [
-    # -- (b) unsupported: glossaries (v2 /v2/glossaries, /v2/glossary-language-pairs): 404 --
-    *_all(UNSUPPORTED, "creates or lists v2 glossaries; /v2/glossaries is not served (404)",
-          (NOT_FOUND,), [f"tests/test_glossary.py::test_glossary_{t}" for t in (
-              "create", "create_csv", "create_invalid", "create_large", "get", "get_entries",
-              "list", "delete", "translate_text_sentence", "translate_text_basic",
-              "translate_document", "translate_text_invalid")], GLOSSARIES),
-    *_all(UNSUPPORTED, "the CLI's glossary commands; /v2/glossaries is not served (404)",
-          (NOT_FOUND,), [f"tests/test_cli.py::test_glossary_{t}" for t in (
-              "create", "get", "list", "entries", "delete")], GLOSSARIES),
-    Expected("tests/test_general.py::test_glossary_languages", UNSUPPORTED,
-             "get_glossary_languages(): /v2/glossary-language-pairs is not served (404)",
-             GLOSSARIES, (NOT_FOUND,)),
-    Expected("tests/test_cli.py::test_languages", UNSUPPORTED,
-             "`languages` passes; its second half, `languages --glossary`, asks "
-             "/v2/glossary-language-pairs (404)", GLOSSARIES, (NOT_FOUND,)),
-    # -- (b) unsupported: multilingual glossaries (/v3/glossaries): 404 --
-    *_all(UNSUPPORTED, "v3 multilingual glossaries; /v3/glossaries is not served (404)",
-          (NOT_FOUND,), [f"tests/test_multilingual_glossary.py::test_glossary_{t}" for t in (
-              "create", "dictionary_update", "name_update", "dictionary_replace", "create_csv",
-              "create_invalid", "create_large", "get", "get_entries", "list", "delete",
-              "dictionary_delete", "translate_text_sentence", "translate_text_basic",
-              "translate_document", "translate_text_invalid")], GLOSSARIES_V3),
+    # -- (b) unsupported: documents, reached through a glossary test --
+    *_all(UNSUPPORTED, "translates a document with a glossary; /v2/document is not served "
+          "(404)", (NOT_FOUND,), ["tests/test_glossary.py::test_glossary_translate_document",
+                                  "tests/test_multilingual_glossary.py::"
+                                  "test_glossary_translate_document"], DOCUMENTS),
     # -- (b) unsupported: documents (/v2/document): 404 --
     *_all(UNSUPPORTED, "document translation; /v2/document is not served (404)", (NOT_FOUND,),
           [f"tests/test_translate_document.py::{t}" for t in (
@@ -154,6 +135,10 @@ DEEPL_PYTHON: list[Expected] = [
              evidence=(PAIR_REFUSED,)),
     Expected("tests/test_general.py::test_mixed_direction_text", PAIR,
              "translates to EN-US and to AR", evidence=(PAIR_REFUSED,)),
+    *_all(PAIR, "creates DE->EN glossaries and translates DE to EN with them",
+          (PAIR_REFUSED,), ["tests/test_glossary.py::test_glossary_translate_text_basic",
+                            "tests/test_multilingual_glossary.py::"
+                            "test_glossary_translate_text_basic"]),
     Expected("tests/test_translate_text.py::test_mixed_case_languages", PAIR,
              "translates DE to EN-US", evidence=(PAIR_REFUSED,)),
     Expected("tests/test_translate_text.py::test_context", PAIR,

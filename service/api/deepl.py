@@ -21,7 +21,8 @@ sentence, so text is always split; ``0`` does not keep a text whole), ``preserve
 ``prefer_less`` and ``default`` (no loaded model has a formality setting: ``more``/``less`` are
 refused, as DeepL refuses them for a language without one), and ``model_type`` (each pair has
 one model, which serves every type; ``model_type_used`` names the type asked for). A
-``glossary_id``, ``custom_instructions`` or ``style_id`` is refused (``UNSUPPORTED``).
+``glossary_id`` applies the caller's glossary (``service.api.deepl_glossaries``; it needs
+``source_lang``); ``custom_instructions`` or ``style_id`` is refused (``UNSUPPORTED``).
 ``tag_handling`` ``html`` and ``xml`` keep the markup (``service.markup``), and
 ``ignore_tags`` names elements whose text is left as it is (kept in their sentence);
 ``non_splitting_tags`` and ``splitting_tags`` are not read.
@@ -50,7 +51,7 @@ SPLIT_SENTENCES = ("0", "1", "nonewlines")
 MODEL_TYPES = ("quality_optimized", "latency_optimized", "prefer_quality_optimized")
 BOOLEANS = ("0", "1", "true", "false")
 # Fields that would change a translation in ways no loaded model can: refused, not ignored.
-UNSUPPORTED = ("glossary_id", "custom_instructions", "style_id")
+UNSUPPORTED = ("custom_instructions", "style_id")
 # /v2/usage's limit when USAGE_LIMIT_CHARS is 0: DeepL's clients count a limit of 0 as
 # reached, and DeepL itself reports this figure for an account without a cap.
 NO_LIMIT = 1_000_000_000_000
@@ -68,6 +69,9 @@ DEEPL: dict[str, Reply] = {
     "rate_limited": Reply(429, "Too many requests: {message}"),
     "queue_full": Reply(429, "Too many requests: {message}"),
     "quota_exceeded": Reply(456, "Quota exceeded"),
+    "glossary_not_found": Reply(404, "Glossary not found"),
+    "too_many_glossary_entries": Reply(413),
+    "too_many_glossaries": Reply(403, "Too many glossaries: {message}"),
     **SERVICE_SIDE,
 }
 
@@ -83,7 +87,7 @@ def _header_key(request: Request) -> str | None:
     return given.strip() if scheme.lower() == "deepl-auth-key" else None
 
 
-def _language(code: str) -> str:
+def language_code(code: str) -> str:
     """DeepL's code (``EN-US``, ``pt-br``) as the loaded pairs spell it (``en``, ``pt``)."""
     return code.strip().lower().split("-")[0]
 
@@ -132,10 +136,14 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
                                ignore_tags=_tags(fields.get("ignore_tags")) if tag_handling
                                else ())
     source = fields.get("source_lang")
+    glossary_id = fields.get("glossary_id")
+    if glossary_id is not None and not source:
+        raise PipelineError("missing_field", "Value for 'source_lang' is required when using "
+                            "a glossary.", "source_lang")
     return PipelineRequest(
-        texts, options, source=_language(str(source)) if source else None,
-        target=_language(str(fields["target_lang"])), detect=not source,
-        key=_body_key(fields))
+        texts, options, source=language_code(str(source)) if source else None,
+        target=language_code(str(fields["target_lang"])), detect=not source,
+        key=_body_key(fields), glossary_id=str(glossary_id) if glossary_id else None)
 
 
 @router.post("/translate")
@@ -167,7 +175,7 @@ async def translate(request: Request) -> JSONResponse:
     return JSONResponse({"translations": translations})
 
 
-async def _key_fields(request: Request, state: ServiceState) -> tuple[dict[str, Any], str]:
+async def key_fields(request: Request, state: ServiceState) -> tuple[dict[str, Any], str]:
     """A GET or POST request's fields and its key, checked."""
     return await keyed_body(
         state, request, lambda body: compat_fields(body, request.headers,
@@ -185,7 +193,7 @@ async def languages(request: Request) -> JSONResponse:
     with ``supports_formality`` for ``type=target``."""
     state: ServiceState = request.app.state.service
     try:
-        fields, _ = await _key_fields(request, state)
+        fields, _ = await key_fields(request, state)
         kind = str(fields.get("type") or "source").lower()
         if kind not in ("source", "target"):
             raise PipelineError("invalid_field", "Value for 'type' not supported.", "type")
@@ -206,7 +214,7 @@ async def usage(request: Request) -> JSONResponse:
     and its ``USAGE_LIMIT_CHARS`` (``NO_LIMIT`` when there is none)."""
     state: ServiceState = request.app.state.service
     try:
-        _, key = await _key_fields(request, state)
+        _, key = await key_fields(request, state)
     except PipelineError as exc:
         return error_response(exc)
     client = client_of(request, state.settings, key)

@@ -56,6 +56,9 @@ NATIVE: dict[str, Reply] = {
     "rate_limited": Reply(429),
     "queue_full": Reply(429),
     "quota_exceeded": Reply(403),
+    "glossary_not_found": Reply(404),
+    "too_many_glossary_entries": Reply(413),
+    "too_many_glossaries": Reply(403),
     **SERVICE_SIDE,
 }
 
@@ -218,6 +221,10 @@ def _parse(body: bytes) -> PipelineRequest:
         num_alternatives=payload.num_alternatives, return_scores=payload.return_scores,
         format=payload.format, return_sentences=payload.return_sentences)
     single = isinstance(payload.text, str)
+    if payload.glossary_id is not None and payload.glossary is not None:
+        raise PipelineError("invalid_field", "Give glossary_id or glossary, not both.",
+                            "glossary")
     return PipelineRequest([payload.text] if single else payload.text, options,
                            payload.source_lang, payload.target_lang, pivot=payload.pivot,
-                           single=single)
+                           single=single, glossary_id=payload.glossary_id,
+                           glossary=payload.glossary)

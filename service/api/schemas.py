@@ -75,6 +75,16 @@ class TranslateRequest(BaseModel):
         "and its own alternatives and score when those are asked for; and the separators "
         "between them. Not with format html."
     )
+    glossary_id: str | None = Field(
+        None, description="Apply a stored glossary of the caller's (created through "
+        "/v2/glossaries): each of its source terms found in the text (whole words, "
+        "case-insensitive unless the term has inner capitals, longest first, not inside URLs "
+        "or placeholders) comes out as its target term. Its pair must be the request's."
+    )
+    glossary: dict[str, str] | None = Field(
+        None, description="Glossary entries given with the request, {source term: target "
+        "term}, applied as glossary_id's are (at most MAX_GLOSSARY_ENTRIES)."
+    )
     pivot: bool = Field(
         True, description="Translate a pair no bundle serves through English (X->en->Y) when "
         "bundles for both legs are loaded; false refuses such a pair (422)."

@@ -1,0 +1,242 @@
+"""Glossaries: terms a translation must use, kept in a SQLite file so that they outlive the
+process (``GlossaryStore``), and applied to a text by ``Terms``.
+
+A glossary holds dictionaries, each of entries source term -> target term for one language
+pair (DeepL's v2 glossaries have one, its v3 "multilingual" ones several). Entries are read
+from TSV or CSV (``parse_entries``, with the csv module) as DeepL's API sends them, and
+checked as DeepL checks them: no empty term, no term with a tab or a line break or space at
+its ends, no source term twice. Each glossary belongs to the API key that created it (all
+clients share them when the service has no keys).
+
+Applying a glossary (``Terms``) masks each matched source term as an untranslatable item
+(``service.placeholders``) that is put back as its target term: whole words, case-insensitive
+(an entry whose source term has capitals beyond its first letter matches that case only, so
+"US" is not "us"), the longest entry first, never inside a URL, a placeholder or another
+item. The model translates around the term; the term itself comes out as given.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import regex
+
+FORMATS = ("tsv", "csv")
+SCHEMA_VERSION = 1  # the glossaries table's layout (PRAGMA user_version)
+
+
+class GlossaryError(ValueError):
+    """Entries or a glossary that cannot be accepted; the message says why."""
+
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Glossary:
+    """A named set of dictionaries, one per language pair (DeepL's v3 "multilingual"
+    glossary; a v2 glossary is one with a single dictionary)."""
+
+    glossary_id: str
+    name: str
+    dictionaries: dict[Pair, dict[str, str]]
+    creation_time: str  # ISO 8601, UTC, as DeepL writes it
+    owner: str = ""
+
+    @property
+    def pair(self) -> Pair:
+        """The pair of a glossary of one dictionary (DeepL's v2 view)."""
+        return next(iter(self.dictionaries))
+
+    @property
+    def entry_count(self) -> int:
+        return sum(map(len, self.dictionaries.values()))
+
+    def entries_tsv(self, pair: Pair) -> str:
+        """One entry a line, the lines joined by line breaks (none after the last), as
+        DeepL writes them."""
+        return "\n".join(f"{source}\t{target}"
+                         for source, target in self.dictionaries[pair].items())
+
+
+def parse_entries(text: str, entries_format: str = "tsv", max_entries: int = 0,
+                  max_term_chars: int = 1024) -> dict[str, str]:
+    """{source: target} of TSV (a tab between the terms) or CSV (a comma; quoted fields as
+    the csv module reads them; further columns, DeepL's optional language codes, ignored)."""
+    if entries_format not in FORMATS:
+        raise GlossaryError(f"Unsupported entries_format '{entries_format}': tsv or csv.")
+    if entries_format == "tsv":
+        rows = [line.split("\t") for line in text.splitlines() if line.strip()]
+    else:
+        rows = [row for row in csv.reader(io.StringIO(text)) if any(f.strip() for f in row)]
+    entries: dict[str, str] = {}
+    for number, row in enumerate(rows, start=1):
+        if len(row) < 2 or (entries_format == "tsv" and len(row) != 2):
+            raise GlossaryError(f"Entry {number} is not a source and a target term.")
+        source, target = row[0], row[1]
+        for term in (source, target):
+            if not term or term != term.strip() or any(c in term for c in "\t\r\n"):
+                raise GlossaryError(f"Entry {number} has an empty term, or one with a tab, a "
+                                    "line break or surrounding spaces.")
+            if len(term) > max_term_chars:
+                raise GlossaryError(f"Entry {number} has a term over {max_term_chars} "
+                                    "characters.")
+        if source in entries:
+            raise GlossaryError(f"Entry {number} repeats the source term '{source}'.")
+        entries[source] = target
+    if not entries:
+        raise GlossaryError("The glossary has no entries.")
+    if max_entries and len(entries) > max_entries:
+        raise GlossaryError(f"{len(entries)} entries; at most {max_entries} "
+                            "(MAX_GLOSSARY_ENTRIES).")
+    return entries
+
+
+class GlossaryStore:
+    """Glossaries in a SQLite file (``":memory:"``: in the process only), one row each, its
+    dictionaries as JSON. Calls are short (one indexed row); a lock serialises them across
+    the threads that may call."""
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = str(path)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+            if tables and version != SCHEMA_VERSION:
+                self._db.close()
+                raise GlossaryError(f"{self.path} holds glossaries of another layout "
+                                    f"(version {version}, this service reads "
+                                    f"{SCHEMA_VERSION}): move it away or use another DATA_DIR")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("PRAGMA journal_mode=WAL" if self.path != ":memory:" else
+                             "PRAGMA journal_mode=MEMORY")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS glossaries (glossary_id TEXT PRIMARY KEY, "
+                "owner TEXT NOT NULL, name TEXT NOT NULL, creation_time TEXT NOT NULL, "
+                "dictionaries TEXT NOT NULL)")
+            self._db.execute("CREATE INDEX IF NOT EXISTS by_owner ON glossaries (owner)")
+
+    def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
+               owner: str = "") -> Glossary:
+        glossary = Glossary(str(uuid.uuid4()), name, dict(dictionaries),
+                            datetime.now(UTC).isoformat(timespec="milliseconds")
+                            .replace("+00:00", "Z"), owner)
+        with self._lock:
+            self._db.execute("INSERT INTO glossaries VALUES (?, ?, ?, ?, ?)", (
+                glossary.glossary_id, owner, name, glossary.creation_time,
+                _dump(glossary.dictionaries)))
+        return glossary
+
+    def save(self, glossary: Glossary) -> Glossary:
+        """Store a changed name or dictionaries of an existing glossary."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE glossaries SET name = ?, dictionaries = ? WHERE glossary_id = ? AND "
+                "owner = ?", (glossary.name, _dump(glossary.dictionaries),
+                              glossary.glossary_id, glossary.owner))
+        return glossary
+
+    def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
+                "WHERE glossary_id = ? AND owner = ?", (glossary_id, owner)).fetchone()
+        return None if row is None else _glossary(row)
+
+    def list(self, owner: str = "") -> list[Glossary]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
+                "WHERE owner = ? ORDER BY creation_time", (owner,)).fetchall()
+        return [_glossary(row) for row in rows]
+
+    def count(self, owner: str = "") -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM glossaries WHERE owner = ?",
+                                    (owner,)).fetchone()[0]
+
+    def delete(self, glossary_id: str, owner: str = "") -> bool:
+        with self._lock:
+            cursor = self._db.execute(
+                "DELETE FROM glossaries WHERE glossary_id = ? AND owner = ?",
+                (glossary_id, owner))
+        return cursor.rowcount > 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dump(dictionaries: dict[Pair, dict[str, str]]) -> str:
+    return json.dumps([{"source_lang": s, "target_lang": t, "entries": entries}
+                       for (s, t), entries in dictionaries.items()], ensure_ascii=False)
+
+
+def _glossary(row: tuple) -> Glossary:
+    glossary_id, name, dictionaries, created, owner = row
+    return Glossary(glossary_id, name, {(d["source_lang"], d["target_lang"]): d["entries"]
+                                        for d in json.loads(dictionaries)}, created, owner)
+
+
+def valid_id(glossary_id: str) -> bool:
+    """Whether ``glossary_id`` has the form of an id this service hands out (a UUID)."""
+    try:
+        return str(uuid.UUID(glossary_id)) == glossary_id.lower()
+    except ValueError:
+        return False
+
+
+class Terms:
+    """A glossary's entries compiled for matching (``find``). Built once per request."""
+
+    def __init__(self, entries: Mapping[str, str]) -> None:
+        exact = {s: t for s, t in entries.items() if _case_matters(s)}
+        folded = {s.casefold(): t for s, t in entries.items() if not _case_matters(s)}
+        self._exact, self._folded = exact, folded
+        self._patterns = [regex.compile(_alternation(terms), flags)
+                          for terms, flags in ((exact, regex.V1),
+                                               (folded, regex.V1 | regex.IGNORECASE))
+                          if terms]
+
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, target term) of every match in ``text``, in order, none overlapping:
+        the longest entry wins where two could match at one place."""
+        found: list[tuple[int, int, str]] = []
+        taken: list[tuple[int, int]] = []
+        for pattern in self._patterns:
+            for match in pattern.finditer(text):
+                start, end = match.span()
+                if any(start < b and a < end for a, b in taken):
+                    continue
+                term = match.group()
+                target = self._exact.get(term) or self._folded.get(term.casefold())
+                if target is not None:
+                    found.append((start, end, target))
+                    taken.append((start, end))
+        return sorted(found)
+
+
+def _case_matters(term: str) -> bool:
+    """Whether a source term matches only as written: capitals past its first letter
+    ("US", "iPhone"), where "us" or "IPHONE" would be another word."""
+    return any(c.isupper() for c in term[1:])
+
+
+def _alternation(terms: Mapping[str, str]) -> str:
+    """Whole words: not preceded or followed by a letter, digit or underscore. Longest first,
+    so that "New York City" wins over "New York"."""
+    ordered = sorted(terms, key=len, reverse=True)
+    return r"(?<![\w])(?:" + "|".join(regex.escape(term) for term in ordered) + r")(?![\w])"

@@ -1,0 +1,251 @@
+"""Glossaries: entries as DeepL's API sends them, terms matched and put back, a store that
+outlives the process, and the official DeepL client and the service's own API applying them.
+
+The served models are FakeEngine's (tests/test_scheduler.py: a "translation" is the words
+upper-cased), so a glossary's target term shows as given while the words around it change."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.glossary import GlossaryError, GlossaryStore, Terms, parse_entries
+from service.placeholders import protect
+from tests.test_server import ServerProcess, fake_server
+
+# -- entries ---------------------------------------------------------------------------------
+
+
+def test_entries_are_read_from_tsv_and_csv_as_deepl_sends_them() -> None:
+    assert parse_entries("Apple\tApfel\nBanana\tBanane\n") == {"Apple": "Apfel",
+                                                               "Banana": "Banane"}
+    csv = 'Apple,Apfel,en,de\n"Hello, world",Hallo Welt\n\n'
+    assert parse_entries(csv, "csv") == {"Apple": "Apfel", "Hello, world": "Hallo Welt"}
+    for bad, why in (("", "no entries"), ("Apple\n", "not a source and a target"),
+                     ("Apple\tApfel\nApple\tApfelbaum", "repeats"),
+                     (" Apple\tApfel", "surrounding spaces"), ("A\tB\tC", "not a source")):
+        with pytest.raises(GlossaryError, match=why):
+            parse_entries(bad)
+    with pytest.raises(GlossaryError, match="MAX_GLOSSARY_ENTRIES"):
+        parse_entries("a\tb\nc\td\n", max_entries=1)
+    with pytest.raises(GlossaryError, match="tsv or csv"):
+        parse_entries("a\tb", "xlsx")
+
+
+# -- matching --------------------------------------------------------------------------------
+
+
+def test_terms_match_whole_words_longest_first_and_case_as_written() -> None:
+    terms = Terms({"New York": "New York", "New York City": "NYC", "table": "Tisch",
+                   "US": "USA", "e-mail": "E-Mail"})
+
+    def found(text: str) -> list[str]:
+        return [text[start:end] for start, end, _ in terms.find(text)]
+
+    assert found("New York City has a Table, a table and tables.") == [
+        "New York City", "Table", "table"]  # not "tables"
+    assert found("Write to us in the US by e-mail.") == ["US", "e-mail"]  # not "us"
+    assert [target for *_, target in terms.find("the TABLE")] == ["Tisch"]
+
+
+def test_a_term_comes_back_as_its_target_whatever_the_model_does_with_it() -> None:
+    terms = Terms({"artist": "Maler", "prize": "Gewinn"})
+    protected = protect("The artist got a prize at https://artist.example/prize.",
+                        terms=terms)
+    # The URL is one item: its words are not glossary terms.
+    assert protected.items == ("artist", "prize", "https://artist.example/prize")
+    assert protected.text == "The {0} got a {1} at {2}."
+    assert protected.restore("Der {0} bekam einen {1} bei {2}.").text == (
+        "Der Maler bekam einen Gewinn bei https://artist.example/prize.")
+    # A marker the model dropped is put back by rule, as the target term.
+    assert "Gewinn" in protected.restore("Der {0} bekam etwas bei {2}.").text
+    # Glossary terms alone, untranslatables left to the model.
+    only = protect("The artist at https://artist.example", terms=terms,
+                   untranslatables=False)
+    assert only.text == "The {0} at https://artist.example"
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+def test_glossaries_outlive_the_process_and_belong_to_their_key(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "glossaries.sqlite3"
+    store = GlossaryStore(path)
+    made = store.create("fruit", {("en", "de"): {"Apple": "Apfel", "Δぁ": "深"},
+                                  ("de", "en"): {"Apfel": "apple"}}, owner="k1")
+    store.create("other", {("en", "de"): {"a": "b"}}, owner="k2")
+    store.close()
+    again = GlossaryStore(path)
+    assert again.get(made.glossary_id, "k1") == made
+    assert again.get(made.glossary_id, "k2") is None
+    assert [g.name for g in again.list("k1")] == ["fruit"]
+    assert again.count("k2") == 1
+    assert again.delete(made.glossary_id, "k1")
+    assert again.get(made.glossary_id, "k1") is None
+
+
+# -- through the APIs --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("glossary")
+    env = {"DATA_DIR": str(root / "data"), "API_KEYS": "k1,k2"}
+    with fake_server(root, pairs=("en-de", "de-en", "fr-en"), env=env, step_s=0.001) as served:
+        yield served
+
+
+def test_the_official_deepl_client_manages_and_applies_glossaries(server: ServerProcess) -> None:
+    import deepl
+
+    client = deepl.Translator("k1", server_url=server.url)
+    glossary = client.create_glossary("fruit", "EN", "DE", {"apple": "Apfel",
+                                                           "green apple": "Grünapfel"})
+    try:
+        assert (glossary.source_lang, glossary.target_lang, glossary.entry_count) == (
+            "EN", "DE", 2)
+        assert client.get_glossary(glossary.glossary_id).creation_time == glossary.creation_time
+        assert glossary.glossary_id in [g.glossary_id for g in client.list_glossaries()]
+        assert client.get_glossary_entries(glossary) == {"apple": "Apfel",
+                                                         "green apple": "Grünapfel"}
+        result = client.translate_text(["An apple and a green apple.", "Apples."],
+                                       source_lang="EN", target_lang="DE", glossary=glossary)
+        assert [r.text for r in result] == ["AN Apfel AND A Grünapfel.", "APPLES."]
+        # Another key neither sees nor uses it.
+        other = deepl.Translator("k2", server_url=server.url)
+        assert glossary.glossary_id not in [g.glossary_id for g in other.list_glossaries()]
+        with pytest.raises(deepl.GlossaryNotFoundException):
+            other.get_glossary(glossary.glossary_id)
+        with pytest.raises(deepl.DeepLException, match="not found"):
+            other.translate_text("apple", source_lang="EN", target_lang="DE",
+                                 glossary=glossary.glossary_id)
+        pairs = client.get_glossary_languages()
+        assert {(p.source_lang, p.target_lang) for p in pairs} >= {("en", "de"), ("de", "en")}
+        from_csv = client.create_glossary_from_csv("csv", "DE", "EN",
+                                                   csv_data='Apfel,apple\n"Birne, reif",pear')
+        assert client.get_glossary_entries(from_csv) == {"Apfel": "apple",
+                                                        "Birne, reif": "pear"}
+        client.delete_glossary(from_csv)
+    finally:
+        client.delete_glossary(glossary)
+    with pytest.raises(deepl.GlossaryNotFoundException):
+        client.get_glossary(glossary.glossary_id)
+    with pytest.raises(deepl.DeepLException):
+        client.get_glossary("not-an-id")
+    with pytest.raises(deepl.DeepLException):
+        client.create_glossary("bad", "EN", "XX", {"a": "b"})
+
+
+def test_the_services_own_api_takes_a_glossary_by_id_or_inline(server: ServerProcess) -> None:
+    headers = {"Authorization": "Bearer k1"}
+    made = httpx.post(server.url + "/v2/glossaries", headers={
+        "Authorization": "DeepL-Auth-Key k1"}, json={
+        "name": "g", "source_lang": "en", "target_lang": "de", "entries": "table\tTisch",
+        "entries_format": "tsv"})
+    assert made.status_code == 201, made.text
+    glossary_id = made.json()["glossary_id"]
+
+    def translate(**fields) -> httpx.Response:
+        return httpx.post(server.url + "/translate", headers=headers, json={
+            "text": "The table at https://table.example", **fields})
+
+    assert translate(source_lang="en", target_lang="de", glossary_id=glossary_id).json()[
+        "translations"][0]["text"] == "THE Tisch AT https://table.example"
+    assert translate(source_lang="en", target_lang="de", glossary={"The": "Der"}).json()[
+        "translations"][0]["text"] == "Der TABLE AT https://table.example"
+    wrong_pair = translate(source_lang="de", target_lang="en", glossary_id=glossary_id)
+    assert wrong_pair.status_code == 422 and "en->de" in wrong_pair.json()["error"]["message"]
+    missing = translate(source_lang="en", target_lang="de",
+                        glossary_id="96ab91fd-e715-41a1-adeb-5d701f84a483")
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "glossary_id"
+    through_english = translate(source_lang="fr", target_lang="de", glossary={"a": "b"})
+    assert through_english.status_code == 422
+    assert re.search(r"through en", through_english.json()["error"]["message"])
+    both = translate(source_lang="en", target_lang="de", glossary={"a": "b"},
+                     glossary_id=glossary_id)
+    assert both.status_code == 422
+
+
+def test_glossaries_survive_a_restart(tmp_path: Path) -> None:
+    env = {"DATA_DIR": str(tmp_path / "data")}
+    with fake_server(tmp_path / "first", env=env, step_s=0.001) as first:
+        made = httpx.post(first.url + "/v2/glossaries", data={
+            "name": "kept", "source_lang": "EN", "target_lang": "DE",
+            "entries": "cat\tKatze"}).json()
+    with fake_server(tmp_path / "second", env=env, step_s=0.001) as second:
+        got = httpx.get(f"{second.url}/v2/glossaries/{made['glossary_id']}").json()
+        assert got == made
+        translated = httpx.post(second.url + "/v2/translate", data={
+            "text": "the cat", "source_lang": "EN", "target_lang": "DE",
+            "glossary_id": made["glossary_id"]}).json()
+        assert translated["translations"][0]["text"] == "THE Katze"
+
+
+def test_multilingual_glossaries_through_deepls_v3_client(server: ServerProcess) -> None:
+    import deepl
+    from deepl.api_data import MultilingualGlossaryDictionaryEntries as Dictionary
+
+    client = deepl.DeepLClient("k1", server_url=server.url)
+    glossary = client.create_multilingual_glossary("both ways", [
+        Dictionary("EN", "DE", {"apple": "Apfel"}), Dictionary("DE", "EN", {"Birne": "pear"})])
+    try:
+        assert {(d.source_lang, d.target_lang, d.entry_count)
+                for d in glossary.dictionaries} == {("EN", "DE", 1), ("DE", "EN", 1)}
+        assert client.translate_text("one apple", source_lang="EN", target_lang="DE",
+                                     glossary=glossary).text == "ONE Apfel"
+        assert client.translate_text("eine Birne", source_lang="DE", target_lang="EN-GB",
+                                     glossary=glossary.glossary_id).text == "EINE pear"
+        entries = client.get_multilingual_glossary_entries(glossary, "EN", "DE")
+        assert entries.dictionaries[0].entries == "apple\tApfel"
+        # Merged into the dictionary, renamed, a dictionary replaced, one deleted.
+        client.update_multilingual_glossary_dictionary(glossary, Dictionary(
+            "EN", "DE", {"pear": "Birne"}))
+        client.update_multilingual_glossary_name(glossary, "renamed")
+        got = client.get_multilingual_glossary(glossary.glossary_id)
+        assert got.name == "renamed"
+        assert {(d.source_lang, d.entry_count) for d in got.dictionaries} == {
+            ("EN", 2), ("DE", 1)}
+        client.replace_multilingual_glossary_dictionary(glossary, Dictionary(
+            "DE", "EN", {"Apfel": "apple", "Kiwi": "kiwi"}))
+        client.delete_multilingual_glossary_dictionary(glossary, source_lang="EN",
+                                                       target_lang="DE")
+        got = client.get_multilingual_glossary(glossary.glossary_id)
+        assert [(d.source_lang, d.entry_count) for d in got.dictionaries] == [("DE", 2)]
+        # v2 glossaries are v3 glossaries of one dictionary, and the other way round.
+        v2 = client.create_glossary("v2", "EN", "DE", {"a": "b"})
+        assert v2.glossary_id in [g.glossary_id for g in client.list_multilingual_glossaries()]
+        assert client.get_glossary(glossary.glossary_id).source_lang == "DE"
+        client.delete_multilingual_glossary(v2.glossary_id)
+    finally:
+        client.delete_multilingual_glossary(glossary)
+    with pytest.raises(deepl.GlossaryNotFoundException):
+        client.get_multilingual_glossary(glossary.glossary_id)
+
+
+def test_an_unusable_data_dir_is_a_503_naming_it(tmp_path: Path) -> None:
+    from tests.test_api import fake_app
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+
+    async def check(client: httpx.AsyncClient) -> None:
+        made = await client.post("/v2/glossaries", data={
+            "name": "g", "source_lang": "EN", "target_lang": "DE", "entries": "a\tb"})
+        assert made.status_code == 503
+        assert "Glossaries are unavailable" in made.json()["message"]
+        listed = await client.get("/v2/glossaries")
+        assert listed.status_code == 503
+
+    import asyncio
+
+    from tests.test_api import serving
+
+    async def main() -> None:
+        async with serving(fake_app(tmp_path, data_dir=blocked / "data")) as client:
+            await check(client)
+
+    asyncio.run(main())

@@ -8,11 +8,12 @@ checked as DeepL checks them: no empty term, no term with a tab or a line break 
 its ends, no source term twice. Each glossary belongs to the API key that created it (all
 clients share them when the service has no keys).
 
-Applying a glossary (``Terms``) masks each matched source term as an untranslatable item
-(``service.placeholders``) that is put back as its target term: whole words, case-insensitive
-(an entry whose source term has capitals beyond its first letter matches that case only, so
-"US" is not "us"), the longest entry first, never inside a URL, a placeholder or another
-item. The model translates around the term; the term itself comes out as given.
+Applying a glossary (``Terms``, ``Translator._hold_to``): a sentence whose translation
+already holds each matched term's target term is kept; the others are translated again with
+each matched source term masked as an untranslatable item (``service.placeholders``) that is
+put back as its target term. Terms match as whole words, case-insensitive (an entry whose
+source term has capitals beyond its first letter matches that case only, so "US" is not
+"us"), the longest entry first, never inside a URL, a placeholder or another item.
 """
 
 from __future__ import annotations
@@ -240,3 +241,9 @@ def _alternation(terms: Mapping[str, str]) -> str:
     so that "New York City" wins over "New York"."""
     ordered = sorted(terms, key=len, reverse=True)
     return r"(?<![\w])(?:" + "|".join(regex.escape(term) for term in ordered) + r")(?![\w])"
+
+
+def has_word(text: str, term: str) -> bool:
+    """Whether ``term`` stands in ``text`` as written, as a whole word (not "König" in
+    "Königreich")."""
+    return regex.search(r"(?<!\w)" + regex.escape(term) + r"(?!\w)", text) is not None

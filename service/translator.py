@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from service import markup
 from service.engine import Engine
-from service.glossary import Terms
+from service.glossary import Terms, has_word
 from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
 from service.metrics import Metrics
 from service.placeholders import Protected, protect
@@ -319,7 +319,7 @@ class Translator:
         try:
             protect_items = self.settings.protect_untranslatables
             prepared = await _off_loop(sum(map(len, texts)) > _INLINE_CHARS, lambda: prepare_texts(
-                texts, engine, pair[1], protect_items, options.glossary))
+                texts, engine, pair[1], protect_items))
             # Repeated sentences (boilerplate, list items) are decoded once, and sentences
             # translated before not again.
             unique: dict[tuple[int, ...], int] = {}
@@ -330,11 +330,54 @@ class Translator:
                                               request_id)
         finally:
             self.scheduler.release(admission)  # what the sentences did not take
+        chosen = [[translations[unique[tuple(ids)]] for ids in text.sources] for text in prepared]
+        if options.glossary is not None:
+            prepared, chosen = await self._hold_to(options.glossary, prepared, chosen, engine,
+                                                   pair, decode, deadline, request_id)
         return [
-            assemble(text, [translations[unique[tuple(ids)]] for ids in text.sources],
-                     options.num_alternatives, options.return_scores, options.return_sentences)
-            for text in prepared
+            assemble(text, pieces, options.num_alternatives, options.return_scores,
+                     options.return_sentences)
+            for text, pieces in zip(prepared, chosen, strict=True)
         ]
+
+    async def _hold_to(self, glossary: Terms, prepared: list[Prepared],
+                       chosen: list[list[Translation]], engine: Engine, pair: Pair,
+                       decode: DecodeOptions, deadline: float | None, request_id: str,
+                       ) -> tuple[list[Prepared], list[list[Translation]]]:
+        """The glossary's terms, in every sentence that has one: a sentence whose own
+        translation already holds each target term is kept as it is (most are: the model's
+        sentence around the term is better than around a masked item); the others are
+        translated again with the terms masked (``protect(terms=...)``), which puts each
+        target term in whatever the model does."""
+        again: dict[tuple[int, int], str] = {}
+        for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
+            for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
+                                                         strict=True)):
+                targets = [target for *_, target in glossary.find(piece)]
+                if not targets:
+                    continue
+                protected, best = text.protected[i], translation.hypotheses[0].text
+                output = protected.restore(best).text if protected else best
+                if not all(has_word(output, target) for target in targets):
+                    again[t, i] = piece
+        if not again:
+            return prepared, chosen
+        protect_items = self.settings.protect_untranslatables
+        masked = {piece: protect(piece, terms=glossary, untranslatables=protect_items)
+                  for piece in set(again.values())}
+        ids = {piece: engine.tokenize(p.text, pair[1]) for piece, p in masked.items()}
+        order = list(masked)
+        decoded = dict(zip(order, await self._decode(
+            [tuple(ids[piece]) for piece in order], pair, decode, deadline, None, request_id),
+            strict=True))
+        prepared = [dataclasses.replace(text, sources=list(text.sources),
+                                        protected=list(text.protected)) for text in prepared]
+        chosen = [list(pieces) for pieces in chosen]
+        for (t, i), piece in again.items():
+            prepared[t].sources[i] = ids[piece]
+            prepared[t].protected[i] = masked[piece]
+            chosen[t][i] = decoded[piece]
+        return prepared, chosen
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                               deadline: float | None, request_id: str) -> list[TextResult]:
@@ -357,7 +400,7 @@ class Translator:
         return [TextResult(text) for text in rendered]
 
     async def _decode(self, sources: list[tuple[int, ...]], pair: Pair, decode: DecodeOptions,
-                      deadline: float | None, admission: Admission, request_id: str,
+                      deadline: float | None, admission: Admission | None, request_id: str,
                       ) -> list[Translation]:
         """Each source's translation, from the sentence cache or else the scheduler."""
         if not self.cache.enabled:
@@ -402,8 +445,7 @@ class Prepared:
 
 
 def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None = None,
-                  protect_items: bool = True, glossary: Terms | None = None,
-                  ) -> list[Prepared]:
+                  protect_items: bool = True) -> list[Prepared]:
     """Each text's segmentation and the token ids of its pieces, every piece short enough for
     the model (sentences longer than its positions are split, never cut). With
     ``protect_items`` placeholders, URLs, e-mail addresses, numbers and emoji are masked, so
@@ -412,8 +454,7 @@ def prepare_texts(texts: Sequence[str], engine: Engine, target_lang: str | None 
 
     def prepare(piece: str) -> tuple[Protected | None, list[int]]:
         if piece not in cache:
-            protected = (protect(piece, terms=glossary, untranslatables=protect_items)
-                         if protect_items or glossary else None)
+            protected = protect(piece) if protect_items else None
             masked = protected.text if protected else piece
             cache[piece] = protected, engine.tokenize(masked, target_lang)
         return cache[piece]

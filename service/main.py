@@ -46,7 +46,7 @@ log = logging.getLogger("service")
 # The drain answers every request in the scheduler within SHUTDOWN_GRACE_S; this long after,
 # uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
 SHUTDOWN_BACKSTOP_S = 2
-EXIT_FAILED = 3  # the workers failed beyond repair: a restart policy should act
+EXIT_FAILED = 3  # loading or the workers failed beyond repair: a restart policy should act
 
 
 async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
@@ -181,10 +181,13 @@ class Server(uvicorn.Server):
 
     async def on_tick(self, counter: int) -> bool:
         state = self.service_state
-        if state.scheduler is not None and state.scheduler.failed and not self.should_exit:
+        if state.failed_beyond_repair and not self.should_exit:
             # Beyond repair in this process: exit (non-zero, see ``serve``) so that whatever
-            # runs the service restarts it; /health already fails for Kubernetes.
-            log.error("the translation workers kept failing; exiting so the service restarts")
+            # runs the service restarts it (a volume mounted late, memory freed) or shows it
+            # failing; /health already fails for Kubernetes.
+            why = ("loading the models failed" if state.phase == "failed" else
+                   "the translation workers kept failing")
+            log.error("%s; exiting so the service restarts", why)
             self.should_exit = True
         if not await super().on_tick(counter):
             return False
@@ -223,11 +226,11 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
 
 def serve(settings: Settings, engine_factory: EngineFactory = default_engine) -> None:
     """Serve until a stop signal, then shut down as ``Server`` describes. Exits with status
-    ``EXIT_FAILED`` when the translation workers failed beyond repair."""
+    ``EXIT_FAILED`` when loading the models or the translation workers failed beyond
+    repair."""
     server = server_for(create_app(settings, engine_factory=engine_factory), settings)
     server.run()
-    scheduler = server.service_state.scheduler
-    if scheduler is not None and scheduler.failed:
+    if server.service_state.failed_beyond_repair:
         sys.exit(EXIT_FAILED)
 
 

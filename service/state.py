@@ -64,6 +64,12 @@ class ServiceState:
         return self.translator.pivots if self.translator is not None else {}
 
     @property
+    def failed_beyond_repair(self) -> bool:
+        """Loading the models failed, or the translation workers kept failing: this process
+        cannot translate, and should exit for a restart policy to act."""
+        return self.phase == "failed" or (self.scheduler is not None and self.scheduler.failed)
+
+    @property
     def scheduler(self) -> Scheduler | None:
         return self.translator.scheduler if self.translator is not None else None
 

@@ -175,6 +175,26 @@ def test_workers_failing_beyond_repair_make_the_process_exit(tmp_path: Path) -> 
         server.process.wait(10)
 
 
+def test_a_model_that_fails_to_load_makes_the_process_exit(tmp_path: Path) -> None:
+    """A bundle that cannot be loaded: the process says why and exits with status 3, so that
+    compose's restart policy (or Kubernetes') acts rather than a process living on
+    answering 503."""
+    broken = tmp_path / "models" / "en-de"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    server = ServerProcess([sys.executable, "-m", "service.main", "--model-dir",
+                            str(broken.parent)])
+    try:
+        assert server.process.wait(60) == 3, "".join(server.log)
+        server.reader.join(5)
+        log = "".join(server.log)
+        assert "loading the models failed; exiting so the service restarts" in log
+        assert "manifest.json" in log  # the cause, named
+    finally:
+        server.process.kill()
+        server.process.wait(10)
+
+
 def test_help_prints_the_flags_and_starts_no_server() -> None:
     done = subprocess.run([sys.executable, "-m", "service.main", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)

@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import deepl, deepl_glossaries, libretranslate, page
+from service.api import deepl, deepl_documents, deepl_glossaries, libretranslate, page
 from service.api.native import router
 from service.api.private import PrivateRoutesMiddleware
 from service.connections import (
@@ -103,6 +103,7 @@ def create_app(
     app.include_router(deepl.router)
     app.include_router(deepl_glossaries.router)
     app.include_router(deepl_glossaries.v3)
+    app.include_router(deepl_documents.router)
     if settings.page:
         app.include_router(page.router)
     if settings.cors_origins:

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
+from service.documents import DocumentJob
 from service.glossary import GlossaryError, GlossaryStore, Terms, valid_id
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
@@ -85,6 +86,7 @@ class PipelineRequest:
     single: bool = False  # one text sent as a string: its field is "text", not "text[0]"
     glossary_id: str | None = None  # a stored glossary (service.glossary) to apply
     glossary: dict[str, str] | None = None  # or entries given with the request
+    document: tuple[str, str] | None = None  # an uploaded document's (filename, media type)
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,39 @@ def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key
         if any(not source.strip() or not target.strip() for source, target in entries.items()):
             raise PipelineError("invalid_field", "A glossary entry has an empty term.", field)
     return dataclasses.replace(request.options, glossary=Terms(entries))
+
+
+async def start_document(state: ServiceState, http: Request,
+                         parse: Callable[[bytes], PipelineRequest], key: str | None,
+                         ) -> tuple[DocumentJob, PipelineRequest]:
+    """A document upload through the checks a translation takes (load shedding, key, body,
+    readiness, pair, glossary, rate and usage limits), then its translation started in the
+    background (``service.documents``). ``parse`` reads the upload into a request of one
+    text (the document's), its ``options.format`` the document's kind, and raises
+    PipelineErrors for a bad file; ``filename`` and ``media_type`` travel in its fields."""
+    settings = state.settings
+    shed_when_behind(state)
+    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
+    check_options(request.options, settings)
+    require_ready(state)
+    pair, _ = resolve_pair(state, request)
+    options = with_glossary(state, request, pair, key)
+    if state.documents.full():
+        raise PipelineError("queue_full", f"{settings.max_documents} documents are being "
+                            "translated or waiting for their download (MAX_DOCUMENTS); retry "
+                            "later.", retry_after=10)
+    client = client_of(http, settings, key)
+    text = request.texts[0]
+    take_rate(state, client, len(text))
+    translator = state.translator
+    assert translator is not None  # ready implies a translator
+    state.usage.add(client, len(text))
+    document = request.document
+    assert document is not None  # parse names the file
+    job = state.documents.start(
+        glossary_owner(state, key), document[0], options.format, document[1], pair, text,
+        lambda texts: translator.translate_many(texts, pair, options))
+    return job, request
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

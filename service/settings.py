@@ -189,6 +189,17 @@ class Settings(BaseSettings):
         1000, ge=1, description="Most glossaries one API key (everyone, when API_KEYS is "
         "empty) may keep (else 403)."
     )
+    max_document_chars: int = Field(
+        500_000, ge=1, description="Most characters in one uploaded document (else 413)."
+    )
+    max_documents: int = Field(
+        100, ge=1, description="Documents being translated or waiting for their download at "
+        "once (else 429)."
+    )
+    document_ttl_s: float = Field(
+        3600.0, gt=0, description="A translated document not downloaded within this long is "
+        "deleted."
+    )
     cache_mb: int = Field(
         64, ge=0, description="Memory (MiB) of the cache of translated sentences, which "
         "answers a sentence seen before with the same model and options; 0 disables it."

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, Request
 
 from service.detect import LanguageDetector
+from service.documents import DocumentJobs
 from service.engine import Engine
 from service.glossary import GlossaryStore
 from service.metrics import Metrics
@@ -39,12 +40,14 @@ class ServiceState:
     usage: Usage = field(default_factory=Usage)
     loop_lag: LoopLag = field(default_factory=LoopLag)
     _glossaries: GlossaryStore | None = field(default=None, init=False, repr=False)
+    documents: DocumentJobs = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(
             self.settings.requests_per_minute, self.settings.chars_per_minute
         )
         self.failed_keys = RateLimiter(self.settings.failed_keys_per_minute, 0)
+        self.documents = DocumentJobs(self.settings.max_documents, self.settings.document_ttl_s)
 
     @property
     def glossaries(self) -> GlossaryStore:

@@ -237,7 +237,7 @@ class Translator:
             raise TypeError("texts must be a list of strings; put a single text in a list")
         pair = self._pair(pair)
         options = dataclasses.replace(options or TranslateOptions(), **option_fields)
-        return self._event_loop().run(self._translate_all(list(texts), pair, options))
+        return self._event_loop().run(self.translate_many(list(texts), pair, options))
 
     def _pair(self, pair: Pair | None) -> Pair:
         loaded = ", ".join(pair_label(p) for p in self.engines)
@@ -258,7 +258,7 @@ class Translator:
                 self._loop = _LoopThread()
             return self._loop
 
-    async def _translate_all(self, texts: list[str], pair: Pair, options: TranslateOptions,
+    async def translate_many(self, texts: list[str], pair: Pair, options: TranslateOptions,
                              ) -> list[TextResult]:
         """``texts`` in requests the scheduler admits: consecutive texts estimated at up to
         MAX_REQUEST_SENTENCES each (a longer text alone), at most as many at once as fill
@@ -391,8 +391,14 @@ class Translator:
                     for segment in document.segments]
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
                                     return_scores=False, return_sentences=False)
-        translated = iter(await self.translate(segments, pair, plain, deadline=deadline,
-                                               request_id=request_id) if segments else [])
+        # A document's segments go in requests within the scheduler's limits, as
+        # ``translate_many`` sends texts (an HTML file may hold thousands of sentences).
+        if sum(map(estimate_sentences, segments)) > self.scheduler.max_request_sentences:
+            done = await self.translate_many(segments, pair, plain)
+        else:
+            done = await self.translate(segments, pair, plain, deadline=deadline,
+                                        request_id=request_id) if segments else []
+        translated = iter(done)
         chosen = [[next(translated).text for _ in document.segments] for document in documents]
         rendered = await _off_loop(large, lambda: [document.render(translations) for document,
                                                    translations in zip(documents, chosen,

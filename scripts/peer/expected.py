@@ -36,13 +36,12 @@ WORDING = "model wording"
 CLASSES = (PROTOCOL, UNSUPPORTED, PAIR, WORDING)
 
 # The unsupported features, in the order they are reported.
-DOCUMENTS = "documents"
 FORMALITY = "formality more/less"
 REPHRASE = "rephrase/write"
 STYLE_RULES = "style rules"
 TRANSLATION_MEMORIES = "translation memories"
 CUSTOM_INSTRUCTIONS = "custom instructions"
-FEATURES = (DOCUMENTS, FORMALITY, REPHRASE, STYLE_RULES,
+FEATURES = (FORMALITY, REPHRASE, STYLE_RULES,
             TRANSLATION_MEMORIES, CUSTOM_INSTRUCTIONS)
 
 # Evidence. deepl-python words a 404 as "Not found, message: <body's message>" (or "Glossary not
@@ -83,30 +82,13 @@ LIBRETRANSLATE: list[Expected] = []
 
 # ---- deepl-python 1.30.0's tests/ (real-server mode; the mock-server-only tests are skipped) ----
 DEEPL_PYTHON: list[Expected] = [
-    # -- (b) unsupported: documents, reached through a glossary test --
-    *_all(UNSUPPORTED, "translates a document with a glossary; /v2/document is not served "
-          "(404)", (NOT_FOUND,), ["tests/test_glossary.py::test_glossary_translate_document",
-                                  "tests/test_multilingual_glossary.py::"
-                                  "test_glossary_translate_document"], DOCUMENTS),
-    # -- (b) unsupported: documents (/v2/document): 404 --
-    *_all(UNSUPPORTED, "document translation; /v2/document is not served (404)", (NOT_FOUND,),
-          [f"tests/test_translate_document.py::{t}" for t in (
-              "test_translate_document_from_filepath", "test_translate_document_formality",
-              "test_document_failure_during_translation", "test_translate_document_string")],
-          DOCUMENTS),
-    Expected("tests/test_translate_document.py::test_invalid_document", UNSUPPORTED,
-             "expects /v2/document to refuse a .invalid file as such; it is 404 for any file",
-             DOCUMENTS, (NOT_FOUND,)),
-    Expected("tests/test_cli.py::test_document", UNSUPPORTED,
-             "the CLI's `document`; /v2/document is not served (404)", DOCUMENTS,
-             (NOT_FOUND, r"/v2/document")),
-    Expected("tests/test_cli.py::test_invalid_document", UNSUPPORTED,
-             "expects the CLI's `document` to report 'Invalid file'; /v2/document is 404",
-             DOCUMENTS, (NOT_FOUND, r"/v2/document")),
     # -- (b) unsupported: formality more/less (refused: no model here has a formality setting) --
     Expected("tests/test_translate_text.py::test_formality", UNSUPPORTED,
              "formality=less/more for DE (the README: refused, 400)", FORMALITY,
              (r"does not support the 'formality' setting",)),
+    Expected("tests/test_translate_document.py::test_translate_document_formality",
+             UNSUPPORTED, "formality=more/less for a DE document (refused, 400, as for text)",
+             FORMALITY, (r"does not support the 'formality' setting",)),
     Expected("tests/test_general.py::test_language", UNSUPPORTED,
              "expects /v2/languages?type=target to say DE supports_formality; it says false, "
              "as more/less are refused", FORMALITY, (r"supports_formality",)),
@@ -139,6 +121,10 @@ DEEPL_PYTHON: list[Expected] = [
           (PAIR_REFUSED,), ["tests/test_glossary.py::test_glossary_translate_text_basic",
                             "tests/test_multilingual_glossary.py::"
                             "test_glossary_translate_text_basic"]),
+    Expected("tests/test_translate_document.py::test_document_failure_during_translation",
+             PAIR, "uploads German without source_lang for DE and expects DeepL's failure "
+             "(source = target); with only EN->DE served, the source is taken as EN",
+             evidence=(r"DID NOT RAISE",)),
     Expected("tests/test_translate_text.py::test_mixed_case_languages", PAIR,
              "translates DE to EN-US", evidence=(PAIR_REFUSED,)),
     Expected("tests/test_translate_text.py::test_context", PAIR,
@@ -155,6 +141,12 @@ DEEPL_PYTHON: list[Expected] = [
           (PROTON_BEAM,), [f"tests/test_translate_text.py::{t}" for t in (
               "test_single_text", "test_string_generator", "test_source_lang",
               "test_target_lang")] + ["tests/test_general.py::test_translate_with_enums"]),
+    *_all(WORDING, "a document's translation compared with DeepL's 'Protonenstrahl'",
+          (PROTON_BEAM,), ["tests/test_cli.py::test_document",
+                           "tests/test_translate_document.py::"
+                           "test_translate_document_from_filepath",
+                           "tests/test_translate_document.py::"
+                           "test_translate_document_string"]),
     *_all(WORDING, "the CLI's `text`: expects DeepL's 'Protonenstrahl' in the output",
           (PROTON_BEAM,), [f"tests/test_cli.py::{t}" for t in (
               "test_text", "test_text_stdin", "test_text_preserve_formatting")]),

@@ -72,6 +72,10 @@ DEEPL: dict[str, Reply] = {
     "glossary_not_found": Reply(404, "Glossary not found"),
     "too_many_glossary_entries": Reply(413),
     "too_many_glossaries": Reply(403, "Too many glossaries: {message}"),
+    "invalid_document": Reply(400),
+    "document_too_large": Reply(413),
+    "document_not_found": Reply(404, "Document not found"),
+    "document_not_ready": Reply(503),
     **SERVICE_SIDE,
 }
 
@@ -80,7 +84,7 @@ def error_response(error: PipelineError) -> JSONResponse:
     return message_response(DEEPL, error, "message")
 
 
-def _header_key(request: Request) -> str | None:
+def header_key(request: Request) -> str | None:
     """The key of an ``Authorization: DeepL-Auth-Key KEY`` header; None when the request has
     none (the key may then come as a legacy ``auth_key`` field)."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -99,6 +103,14 @@ def _choice(fields: dict[str, Any], name: str, allowed: tuple[str, ...]) -> str:
     if value is not None and text not in allowed:
         raise PipelineError("invalid_field", f"Value for '{name}' not supported.", name)
     return text if value is not None else ""
+
+
+def check_formality(fields: dict[str, Any]) -> None:
+    """``formality``: more and less are refused (no loaded model has the setting), as DeepL
+    refuses them for a language without one; the others change nothing."""
+    if _choice(fields, "formality", FORMALITIES) in ("more", "less"):
+        raise PipelineError("invalid_field", "Target language does not support the "
+                            "'formality' setting.", "formality")
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -120,10 +132,7 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
         raise PipelineError("missing_field", "Value for 'target_lang' not supported.",
                             "target_lang")
     tag_handling = _choice(fields, "tag_handling", ("html", "xml"))
-    formality = _choice(fields, "formality", FORMALITIES)
-    if formality in ("more", "less"):
-        raise PipelineError("invalid_field", "Target language does not support the "
-                            "'formality' setting.", "formality")
+    check_formality(fields)
     _choice(fields, "split_sentences", SPLIT_SENTENCES)
     _choice(fields, "preserve_formatting", BOOLEANS)
     _choice(fields, "model_type", MODEL_TYPES)
@@ -161,7 +170,7 @@ async def translate(request: Request) -> JSONResponse:
         return parsed
 
     try:
-        answer = await pipeline.translate(state, request, parse, key=_header_key(request))
+        answer = await pipeline.translate(state, request, parse, key=header_key(request))
     except PipelineError as exc:
         return error_response(exc)
     model_type = str(fields.get("model_type") or "").removeprefix("prefer_")
@@ -180,7 +189,7 @@ async def key_fields(request: Request, state: ServiceState) -> tuple[dict[str, A
     return await keyed_body(
         state, request, lambda body: compat_fields(body, request.headers,
                                                    request.query_params, "text"),
-        _header_key(request), _body_key)
+        header_key(request), _body_key)
 
 
 def _body_key(fields: dict[str, Any]) -> str:

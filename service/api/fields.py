@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pydantic_core
+from fastapi import Request
 from starlette.datastructures import Headers, QueryParams
 
 from service.pipeline import PipelineError
@@ -49,3 +50,12 @@ def text_list(value: Any, name: str) -> list[str]:
         raise PipelineError("invalid_field", f"{name} must be a string or a list of strings",
                             name)
     return values
+
+
+def key_of(request: Request) -> str:
+    """A key as any of the APIs carries it in a request without a body: a bearer token,
+    DeepL's ``DeepL-Auth-Key`` header, or an ``api_key`` query parameter (for a browser)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() in ("bearer", "deepl-auth-key") and token.strip():
+        return token.strip()
+    return request.query_params.get("api_key", "")

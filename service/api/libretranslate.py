@@ -16,14 +16,18 @@ client over its limits. Multipart bodies (file translation) are not supported. `
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service import pipeline
 from service.api.fields import compat_fields, text_list
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
+from service.api.uploads import document_request, download, translated_name
+from service.documents import DONE, FORMATS
 from service.pipeline import PipelineError, PipelineRequest, keyed_body, require_ready
 from service.state import ServiceState
 from service.translator import TranslateOptions
@@ -58,6 +62,10 @@ LIBRETRANSLATE: dict[str, Reply] = {
     "rate_limited": Reply(429, _SLOWDOWN),
     "queue_full": Reply(429, _SLOWDOWN),
     "quota_exceeded": Reply(403),
+    "invalid_document": Reply(400),
+    "document_too_large": Reply(413),
+    "document_not_found": Reply(404),
+    "glossary_not_found": Reply(404),
     **SERVICE_SIDE,
 }
 
@@ -126,6 +134,43 @@ async def translate(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
+@router.post("/translate_file")
+async def translate_file(request: Request) -> Response:
+    """LibreTranslate's ``POST /translate_file`` (multipart: ``file``, ``source``, ``target``,
+    ``api_key``): answers, once translated, ``translatedFileUrl``, where the file can be
+    downloaded once (``/download_file/...``). Formats: ``service.documents``."""
+    state: ServiceState = request.app.state.service
+
+    def parse(body: bytes) -> PipelineRequest:
+        return document_request(body, request.headers.get("content-type", ""),
+                                state.settings, source="source", target="target",
+                                key="api_key")
+
+    try:
+        job, _ = await pipeline.start_document(state, request, parse, None)
+    except PipelineError as exc:
+        return error_response(exc)
+    assert job.task is not None
+    await asyncio.shield(job.task)  # LibreTranslate answers once the file is translated
+    if job.status != DONE:
+        return error_response(PipelineError("translation_failed", job.error or "failed"))
+    name = quote(translated_name(job.filename))
+    url = f"{str(request.base_url).rstrip('/')}{PREFIX}/download_file/{job.document_id}/" \
+          f"{job.document_key}/{name}"
+    return JSONResponse({"translatedFileUrl": url})
+
+
+@router.get("/download_file/{document_id}/{document_key}/{filename}")
+async def download_file(request: Request, document_id: str, document_key: str,
+                        filename: str) -> Response:
+    """A file ``/translate_file`` translated, once; its URL is its key."""
+    state: ServiceState = request.app.state.service
+    job = state.documents.get(document_id, document_key)
+    if job is None or job.status != DONE:
+        return error_response(PipelineError("document_not_found", "File not found."))
+    return download(job, state.documents.take(job))
+
+
 @router.get("/languages")
 async def languages(request: Request) -> JSONResponse:
     """LibreTranslate's ``GET /languages``: ``[{code, name, targets}]``, the targets reached
@@ -188,8 +233,8 @@ async def frontend_settings(request: Request) -> JSONResponse:
         "apiKeys": bool(settings.api_keys),
         "keyRequired": bool(settings.api_keys),
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": sorted(FORMATS),
         "language": {
             "source": {"code": source, "name": _name(source)},
             "target": {"code": target, "name": _name(target)},

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from service import pipeline
+from service.api.fields import key_of
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, headers_for, reply_for, wording
 from service.api.schemas import (
     Alternative,
@@ -25,6 +26,8 @@ from service.api.schemas import (
     TranslateResponse,
     TranslationResult,
 )
+from service.api.uploads import document_request, download
+from service.documents import DONE, DocumentJob
 from service.errors import ApiError, from_validation_errors
 from service.pipeline import (
     PipelineError,
@@ -59,6 +62,10 @@ NATIVE: dict[str, Reply] = {
     "glossary_not_found": Reply(404),
     "too_many_glossary_entries": Reply(413),
     "too_many_glossaries": Reply(403),
+    "invalid_document": Reply(400),
+    "document_too_large": Reply(413),
+    "document_not_found": Reply(404),
+    "document_not_ready": Reply(409),
     **SERVICE_SIDE,
 }
 
@@ -193,6 +200,81 @@ async def translate(
         target_lang=answer.pair[1],
         pivot_lang=answer.via,
     )
+
+
+class DocumentAccepted(BaseModel):
+    document_id: str
+    document_key: str = Field(description="Show it (?document_key=) to see the status and to "
+                              "download the file.")
+    status: str
+
+
+class DocumentStatus(BaseModel):
+    document_id: str
+    status: str = Field(description="queued, translating, done or error.")
+    characters: int = Field(description="Characters in the document, as billed.")
+    error: str | None = None
+
+
+@router.post("/translate/document", status_code=202, response_model=DocumentAccepted,
+             responses=_errors(400, 401, 413, 422, 429, 503))
+async def translate_document(
+    request: Request, state: State,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> DocumentAccepted:
+    """Upload a document (multipart/form-data: ``file``, ``target_lang``, ``source_lang``,
+    ``glossary_id``): .txt or .html, translated in the background. Poll
+    ``GET /translate/document/{id}``, then download ``/translate/document/{id}/result``."""
+
+    def parse(body: bytes) -> PipelineRequest:
+        return document_request(body, request.headers.get("content-type", ""),
+                                state.settings, source="source_lang", target="target_lang",
+                                glossary="glossary_id")
+
+    try:
+        job, _ = await pipeline.start_document(
+            state, request, parse, credentials.credentials if credentials else "")
+    except PipelineError as exc:
+        raise native_error(exc) from None
+    return DocumentAccepted(document_id=job.document_id, document_key=job.document_key,
+                            status=job.status)
+
+
+def _document(request: Request, state: State, document_id: str, document_key: str,
+              ) -> DocumentJob:
+    check_key(state, request, key_of(request))
+    job = state.documents.get(document_id, document_key)
+    if job is None:
+        raise PipelineError("document_not_found", "Document not found (or not yours: give "
+                            "its document_key).", "document_id")
+    return job
+
+
+@router.get("/translate/document/{document_id}", response_model=DocumentStatus,
+            response_model_exclude_none=True, responses=_errors(401, 404))
+async def document_status(request: Request, state: State, document_id: str,
+                          document_key: str = "") -> DocumentStatus:
+    """A document's translation status."""
+    try:
+        job = _document(request, state, document_id, document_key)
+    except PipelineError as exc:
+        raise native_error(exc) from None
+    return DocumentStatus(document_id=job.document_id, status=job.status,
+                          characters=job.characters, error=job.error)
+
+
+@router.get("/translate/document/{document_id}/result", responses=_errors(401, 404, 409))
+async def document_result(request: Request, state: State, document_id: str,
+                          document_key: str = "") -> Response:
+    """The translated document, once: it is deleted with its download."""
+    try:
+        job = _document(request, state, document_id, document_key)
+        if job.status != DONE:
+            raise PipelineError("document_not_ready", f"The document is {job.status}, not "
+                                "done.", "document_id", retry_after=1)
+    except PipelineError as exc:
+        raise native_error(exc) from None
+    return download(job, state.documents.take(job))
 
 
 def _alternatives(found: list[tuple[str, float | None]] | None) -> list[Alternative] | None:

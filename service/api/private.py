@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from fastapi import Request
 
+from service.api.fields import key_of
 from service.api.native import native_error
 from service.errors import shaped_response
 from service.metrics import ASGIApp, Receive, Scope, Send
@@ -17,15 +18,6 @@ from service.state import ServiceState
 
 PRIVATE_PATHS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
                            "/openapi.json", "/libretranslate/spec"})
-
-
-def key_of(request: Request) -> str:
-    """A key as any of the APIs carries it in a request without a body: a bearer token,
-    DeepL's ``DeepL-Auth-Key`` header, or an ``api_key`` query parameter (for a browser)."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() in ("bearer", "deepl-auth-key") and token.strip():
-        return token.strip()
-    return request.query_params.get("api_key", "")
 
 
 class PrivateRoutesMiddleware:

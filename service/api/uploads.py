@@ -1,0 +1,56 @@
+"""What the three APIs' document routes share: a multipart upload read into the pipeline's
+request (``document_request``), and a finished document's download (``download``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import quote
+
+from fastapi.responses import Response
+
+from service.documents import DocumentError, DocumentJob, document_kind, document_text, read_upload
+from service.pipeline import PipelineError, PipelineRequest
+from service.settings import Settings
+from service.translator import TranslateOptions
+
+
+def document_request(body: bytes, content_type: str, settings: Settings, *,
+                     source: str, target: str, key: str = "", glossary: str = "",
+                     language: Callable[[str], str] = str.lower,
+                     check: Callable[[dict[str, str], str], None] | None = None,
+                     ) -> PipelineRequest:
+    """The upload in ``body`` as a request of one text, the document's; ``source``,
+    ``target``, ``key`` and ``glossary`` name the API's form fields, ``language`` reads its
+    language codes, ``check`` (given the fields and the file's name) refuses the API's other
+    fields it cannot honour. A source left out (or "auto") is detected."""
+    try:
+        upload = read_upload(body, content_type)
+        kind, media_type = document_kind(upload.filename)
+        text = document_text(upload.data, settings.max_document_chars)
+    except DocumentError as exc:
+        code = "document_too_large" if exc.status == 413 else "invalid_document"
+        raise PipelineError(code, str(exc), exc.field) from None
+    fields = upload.fields
+    if check is not None:
+        check(fields, upload.filename)
+    if not fields.get(target):
+        raise PipelineError("missing_field", f"Value for '{target}' not specified.", target)
+    given = fields.get(source, "").strip()
+    from_language = language(given) if given and given.lower() != "auto" else None
+    glossary_id = fields.get(glossary) if glossary else None
+    return PipelineRequest([text], TranslateOptions(format=kind), source=from_language,
+                           target=language(fields[target]), detect=from_language is None,
+                           key=fields.get(key, "").strip() if key else "",
+                           glossary_id=glossary_id or None,
+                           document=(upload.filename, media_type))
+
+
+def translated_name(filename: str) -> str:
+    return filename or "document.txt"
+
+
+def download(job: DocumentJob, data: bytes) -> Response:
+    """The translated file, named as the upload was."""
+    name = translated_name(job.filename)
+    return Response(data, media_type=job.media_type, headers={
+        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})

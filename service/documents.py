@@ -1,0 +1,205 @@
+"""Documents: a file uploaded, translated in the background through the same Translator (and
+so the same continuous batching) as everyone's texts, and downloaded once done.
+
+Formats: plain text (``.txt``: its paragraphs, blank-line separated, translated with their
+layout kept) and HTML (``.html``, ``.htm``: the markup kept, ``service.markup``). A file is
+read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
+multipart/form-data body (the standard library's email parser) with the other form fields.
+
+Jobs (``DocumentJobs``) live in the process, at most MAX_DOCUMENTS at once, each kept
+DOCUMENT_TTL_S after it finished, and deleted once downloaded. Each has a ``document_key``, a
+secret its uploader must show to see its status or download it (DeepL's scheme).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.parser
+import email.policy
+import hmac
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from service.translator import Pair, TextResult
+
+FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
+           ".html": ("html", "text/html; charset=utf-8"),
+           ".htm": ("html", "text/html; charset=utf-8")}
+QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
+
+
+class DocumentError(ValueError):
+    """An upload that cannot be translated; ``field`` names the form field at fault."""
+
+    def __init__(self, message: str, field: str = "file", status: int = 400) -> None:
+        super().__init__(message)
+        self.field = field
+        self.status = status
+
+
+@dataclass
+class Upload:
+    filename: str
+    data: bytes
+    fields: dict[str, str]
+
+
+def read_upload(body: bytes, content_type: str, file_field: str = "file") -> Upload:
+    """The file and the other fields of a multipart/form-data body."""
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise DocumentError("Send the document as multipart/form-data, in a field named "
+                            f"'{file_field}'.", file_field)
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    if not message.is_multipart():
+        raise DocumentError("The multipart/form-data body cannot be read.", file_field)
+    fields: dict[str, str] = {}
+    upload: Upload | None = None
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            continue
+        payload = part.get_payload(decode=True) or b""
+        if name == file_field:
+            upload = Upload(part.get_filename() or "", payload, fields)
+        else:
+            fields[str(name)] = payload.decode("utf-8", errors="replace")
+    if upload is None:
+        raise DocumentError(f"No file: send it in the field '{file_field}'.", file_field)
+    return upload
+
+
+def document_kind(filename: str) -> tuple[str, str]:
+    """("text" | "html", media type) by the file's extension, or a DocumentError."""
+    suffix = PurePath(filename).suffix.lower()
+    if suffix not in FORMATS:
+        known = ", ".join(sorted(FORMATS))
+        raise DocumentError(f"Invalid file extension '{suffix or filename}': this service "
+                            f"translates {known}.")
+    return FORMATS[suffix]
+
+
+def document_text(data: bytes, max_chars: int) -> str:
+    if not data:
+        raise DocumentError("The file is empty.")
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"The file is not UTF-8 text (byte {exc.start}).") from None
+    if len(text) > max_chars:
+        raise DocumentError(f"The document has {len(text)} characters; at most {max_chars} "
+                            "(MAX_DOCUMENT_CHARS).", status=413)
+    return text
+
+
+_BLANK_LINES = re.compile(r"(\n[ \t]*\n\s*)")
+
+
+def paragraphs(text: str) -> tuple[list[str], list[str]]:
+    """A plain text's paragraphs (split at blank lines) and the blank lines between them:
+    ``paragraphs[0] + separators[0] + paragraphs[1] + ...``. A long document is so many
+    texts of moderate size for the Translator, whose limits are per text."""
+    parts = _BLANK_LINES.split(text)
+    return parts[0::2], parts[1::2]
+
+
+@dataclass
+class DocumentJob:
+    document_id: str
+    document_key: str
+    owner: str
+    filename: str
+    kind: str
+    media_type: str
+    pair: Pair
+    characters: int
+    status: str = QUEUED
+    result: bytes | None = None
+    error: str | None = None
+    created: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    task: asyncio.Task[None] | None = None
+
+    def seconds_remaining(self) -> int | None:
+        return 0 if self.status == DONE else None
+
+
+Translate = Callable[[list[str]], Awaitable[list[TextResult]]]
+
+
+class DocumentJobs:
+    """The documents being translated or waiting for their download."""
+
+    def __init__(self, max_jobs: int, ttl_s: float) -> None:
+        self.max_jobs = max_jobs
+        self.ttl_s = ttl_s
+        self._jobs: dict[str, DocumentJob] = {}
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if job.finished is not None and now - job.finished > self.ttl_s:
+                del self._jobs[job.document_id]
+
+    def full(self) -> bool:
+        self.expire()
+        return len(self._jobs) >= self.max_jobs
+
+    def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
+              text: str, translate: Translate) -> DocumentJob:
+        """A job for ``text``, translated by ``translate`` (texts in, results out) in the
+        background."""
+        job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
+                          secrets.token_hex(32).upper(), owner, filename, kind, media_type,
+                          pair, len(text))
+        self._jobs[job.document_id] = job
+        job.task = asyncio.get_running_loop().create_task(self._run(job, text, translate))
+        return job
+
+    async def _run(self, job: DocumentJob, text: str, translate: Translate) -> None:
+        job.status = TRANSLATING
+        try:
+            if job.kind == "html":
+                translated = (await translate([text]))[0].text
+            else:
+                pieces, separators = paragraphs(text)
+                results = await translate(pieces)
+                parts = [results[0].text]
+                for separator, result in zip(separators, results[1:], strict=True):
+                    parts += [separator, result.text]
+                translated = "".join(parts)
+            job.result = translated.encode("utf-8")
+            job.status = DONE
+        except asyncio.CancelledError:
+            job.status, job.error = ERROR, "The service stopped before the translation ended."
+            raise
+        except Exception as exc:  # any failure is the job's answer, not the process's
+            job.status, job.error = ERROR, f"Translation failed: {exc}"
+        finally:
+            job.finished = time.monotonic()
+
+    def get(self, document_id: str, document_key: str) -> DocumentJob | None:
+        """The job, when ``document_key`` is its key."""
+        self.expire()
+        job = self._jobs.get(document_id)
+        if job is None or not hmac.compare_digest(job.document_key.encode(),
+                                                  document_key.encode()):
+            return None
+        return job
+
+    def take(self, job: DocumentJob) -> bytes:
+        """A finished job's translated file, the job deleted with its download."""
+        assert job.result is not None
+        self._jobs.pop(job.document_id, None)
+        return job.result
+
+    async def close(self) -> None:
+        tasks = [job.task for job in self._jobs.values() if job.task and not job.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,145 @@
+"""Documents through all three APIs: DeepL's /v2/document (its official client),
+LibreTranslate's /translate_file and the service's own /translate/document, on FakeEngine
+bundles (a "translation" is the words upper-cased), and the files refused."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.documents import DocumentError, document_kind, document_text, paragraphs
+from tests.test_server import ServerProcess, fake_server
+
+
+def test_paragraphs_keep_the_layout() -> None:
+    for text in ("one", "one\n\ntwo", "\n\none\n \n\ntwo\n", "", "a\nb\n\n\n\nc"):
+        pieces, separators = paragraphs(text)
+        joined = [pieces[0]]
+        for separator, piece in zip(separators, pieces[1:], strict=True):
+            joined += [separator, piece]
+        assert "".join(joined) == text
+    assert paragraphs("a\nb\n\nc")[0] == ["a\nb", "c"]
+
+
+def test_files_are_refused_by_name() -> None:
+    assert document_kind("Notes.TXT") == ("text", "text/plain; charset=utf-8")
+    assert document_kind("page.htm")[0] == "html"
+    with pytest.raises(DocumentError, match=r"Invalid file extension '\.pdf'"):
+        document_kind("report.pdf")
+    with pytest.raises(DocumentError, match="empty"):
+        document_text(b"", 100)
+    with pytest.raises(DocumentError, match="not UTF-8"):
+        document_text("Grüße".encode("latin-1"), 100)
+    with pytest.raises(DocumentError, match="MAX_DOCUMENT_CHARS") as raised:
+        document_text(b"x" * 101, 100)
+    assert raised.value.status == 413
+    assert document_text("\ufeffBOM".encode(), 100) == "BOM"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("documents")
+    env = {"DATA_DIR": str(root / "data"), "API_KEYS": "k1,k2", "MAX_DOCUMENT_CHARS": "200000"}
+    with fake_server(root, env=env, step_s=0.001) as served:
+        yield served
+
+
+def test_deepls_client_translates_text_and_html_files(server: ServerProcess,
+                                                      tmp_path: Path) -> None:
+    import deepl
+
+    client = deepl.Translator("k1", server_url=server.url)
+    text = tmp_path / "notes.txt"
+    text.write_text("First line. Second sentence.\nSame paragraph.\n\nNext one\n")
+    client.translate_document_from_filepath(text, tmp_path / "out.txt", target_lang="DE")
+    assert (tmp_path / "out.txt").read_text() == (
+        "FIRST LINE. SECOND SENTENCE.\nSAME PARAGRAPH.\n\nNEXT ONE\n")
+    page = tmp_path / "page.html"
+    page.write_text('<p>Hello <b>bold</b> <a href="https://x.example">world</a></p>')
+    client.translate_document_from_filepath(page, tmp_path / "out.html", source_lang="EN",
+                                            target_lang="DE")
+    assert (tmp_path / "out.html").read_text() == (
+        '<p>HELLO <b>BOLD</b> <a href="https://x.example">WORLD</a></p>')
+    glossary = client.create_glossary("g", "EN", "DE", {"line": "Zeile"})
+    client.translate_document_from_filepath(text, tmp_path / "glossed.txt", source_lang="EN",
+                                            target_lang="DE", glossary=glossary)
+    assert (tmp_path / "glossed.txt").read_text().startswith("FIRST Zeile.")
+    # Counted as translated characters, as text is.
+    assert client.get_usage().character.count >= len(text.read_text())
+    with pytest.raises(deepl.DeepLException, match=r"Invalid file extension '\.pdf'"):
+        client.translate_document(b"%PDF", None, target_lang="DE", filename="a.pdf")
+    with pytest.raises(deepl.DeepLException, match="formality"):  # refused, not ignored
+        client.translate_document(b"a", None, target_lang="DE", filename="a.txt",
+                                  formality="more")
+    with pytest.raises(deepl.DeepLException, match="output_format"):
+        client.translate_document(b"a", None, target_lang="DE", filename="a.txt",
+                                  output_format="docx")
+    with pytest.raises(deepl.DeepLException, match="empty"):
+        client.translate_document(b"", None, target_lang="DE", filename="a.txt")
+    with pytest.raises(deepl.DeepLException, match="not UTF-8"):
+        client.translate_document(b"\xff\xfe\xfa", None, target_lang="DE", filename="a.txt")
+
+
+def test_a_long_document_goes_through_in_pieces(server: ServerProcess, tmp_path: Path) -> None:
+    import deepl
+
+    client = deepl.Translator("k1", server_url=server.url)
+    text = "\n\n".join(f"Paragraph number {i} here." for i in range(1000))
+    source = tmp_path / "long.txt"
+    source.write_text(text)
+    client.translate_document_from_filepath(source, tmp_path / "long-de.txt", target_lang="DE")
+    assert (tmp_path / "long-de.txt").read_text() == text.upper()
+
+
+def test_libretranslates_translate_file_and_its_download(server: ServerProcess) -> None:
+    answer = httpx.post(server.url + "/libretranslate/translate_file", data={
+        "source": "en", "target": "de", "api_key": "k1"},
+        files={"file": ("hello.txt", b"hello there\n\nagain")})
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert url.startswith(server.url + "/libretranslate/download_file/")
+    assert url.endswith("/hello.txt")
+    first = httpx.get(url)
+    assert first.status_code == 200 and first.text == "HELLO THERE\n\nAGAIN"
+    assert httpx.get(url).status_code == 404  # downloaded once, then gone
+    refused = httpx.post(server.url + "/libretranslate/translate_file", data={
+        "source": "en", "target": "de", "api_key": "k1"},
+        files={"file": ("a.docx", b"PK")})
+    assert refused.status_code == 400 and "'.docx'" in refused.json()["error"]
+    settings = httpx.get(server.url + "/libretranslate/frontend/settings").json()
+    assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
+
+
+def test_the_services_own_document_api(server: ServerProcess) -> None:
+    headers = {"Authorization": "Bearer k1"}
+    accepted = httpx.post(server.url + "/translate/document", headers=headers,
+                          data={"target_lang": "de"},
+                          files={"file": ("a.html", b"<h1>Title</h1><p>Text</p>")})
+    assert accepted.status_code == 202, accepted.text
+    document = accepted.json()
+    url = f"{server.url}/translate/document/{document['document_id']}"
+    key = {"document_key": document["document_key"]}
+    for _ in range(100):
+        status = httpx.get(url, params=key, headers=headers).json()
+        if status["status"] == "done":
+            break
+        time.sleep(0.05)
+    assert status == {"document_id": document["document_id"], "status": "done",
+                      "characters": 25}
+    result = httpx.get(url + "/result", params=key, headers=headers)
+    assert result.text == "<h1>TITLE</h1><p>TEXT</p>"
+    assert result.headers["content-type"].startswith("text/html")
+    assert "a.html" in result.headers["content-disposition"]
+    assert httpx.get(url + "/result", params=key, headers=headers).status_code == 404
+    wrong = httpx.get(url, params={"document_key": "0" * 64}, headers=headers)
+    assert wrong.status_code == 404
+    unkeyed = httpx.post(server.url + "/translate/document", data={"target_lang": "de"},
+                         files={"file": ("a.txt", b"x")})
+    assert unkeyed.status_code == 401
+    missing = httpx.post(server.url + "/translate/document", headers=headers,
+                         files={"file": ("a.txt", b"x")})
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "target_lang"

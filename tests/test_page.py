@@ -39,7 +39,9 @@ def test_the_page_is_served_with_a_policy_that_keeps_it_to_this_server(
         assert again.status_code == 304
         assert (await client.get("/page/nothing.js")).status_code == 404
         settings = (await client.get("/page/settings")).json()
-        assert settings == {"key_required": False, "max_chars": 123, "max_beam": 8}
+        assert settings == {"key_required": False, "max_chars": 123, "max_beam": 8,
+                            "documents": [".htm", ".html", ".txt"],
+                            "max_document_chars": 500_000}
 
     check_app(tiny_bundle, check, max_chars=123)
 
@@ -314,3 +316,34 @@ def test_no_key_field_when_the_service_needs_no_key(
     open_page(driver, pairs_server)
     assert not by_id(driver, "key-row").is_displayed()
     assert console_errors(driver) == []
+
+
+@browser
+def test_a_file_dropped_on_the_page_comes_back_translated(pairs_server: ServerProcess, driver,
+                                                           tmp_path: Path) -> None:
+    open_page(driver, pairs_server)
+    choose(driver, "source-lang", "en")
+    choose(driver, "target-lang", "de")
+    assert by_id(driver, "files").is_displayed()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Hello world.\n\nSecond paragraph.\n")
+    by_id(driver, "file-input").send_keys(str(notes))
+    wait(driver, lambda d: by_id(d, "file-download").is_displayed())
+    link = by_id(driver, "file-download")
+    assert link.get_attribute("download") == "notes.de.txt"
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {
+        "behavior": "allow", "downloadPath": str(downloads)})
+    link.click()
+    saved = downloads / "notes.de.txt"
+    wait(driver, lambda d: saved.is_file() and saved.stat().st_size > 0)
+    assert saved.read_text() == "HELLO WORLD.\n\nSECOND PARAGRAPH.\n"
+    assert by_id(driver, "file-status").text == "notes.txt is translated."
+    # A file of another kind is refused in words, before any upload.
+    other = tmp_path / "slides.pptx"
+    other.write_bytes(b"PK")
+    by_id(driver, "file-input").send_keys(str(other))
+    wait(driver, lambda d: by_id(d, "error").is_displayed())
+    assert by_id(driver, "error").text == (
+        "This service translates .htm, .html, .txt files, not .pptx.")

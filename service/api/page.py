@@ -14,6 +14,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
+from service.documents import FORMATS
 from service.state import State
 
 PAGE_DIR = Path(__file__).resolve().parent.parent / "page"
@@ -54,6 +55,8 @@ class PageSettings(BaseModel):
     key_required: bool = Field(description="Whether /languages and /translate need a key.")
     max_chars: int = Field(description="Most characters in one text (MAX_CHARS).")
     max_beam: int = Field(description="Largest beam_size (MAX_BEAM): alternatives need 2+.")
+    documents: list[str] = Field(description="File extensions /translate/document takes.")
+    max_document_chars: int = Field(description="Most characters in a document.")
 
 
 router = APIRouter(include_in_schema=False)
@@ -80,7 +83,8 @@ async def page(request: Request) -> Response:
 async def page_settings(state: State) -> PageSettings:
     settings = state.settings
     return PageSettings(key_required=bool(settings.api_keys), max_chars=settings.max_chars,
-                        max_beam=settings.max_beam)
+                        max_beam=settings.max_beam, documents=sorted(FORMATS),
+                        max_document_chars=settings.max_document_chars)
 
 
 @router.api_route("/page/{name}", methods=["GET", "HEAD"])

@@ -57,9 +57,10 @@ function headers(json) {
 }
 
 async function call(path, body, signal) {
-  const init = body === undefined
-    ? { headers: headers(false), signal }
-    : { method: "POST", headers: headers(true), body: JSON.stringify(body), signal };
+  let init;
+  if (body === undefined) init = { headers: headers(false), signal };
+  else if (body instanceof FormData) init = { method: "POST", headers: headers(false), body };
+  else init = { method: "POST", headers: headers(true), body: JSON.stringify(body), signal };
   let response;
   try {
     response = await fetch(path, init);
@@ -89,6 +90,7 @@ function explain(status, code, message, wait) {
     case 403:
       return "This API key has used up its allowance.";
     case 413:
+      if (code === "document_too_large") return message;
       if (code === "too_many_sentences") return "The text has too many sentences for one "
         + "request: translate it in parts.";
       if (code === "over_rate_limit") return "The text is more than this key may translate in "
@@ -389,6 +391,96 @@ function onMenuKey(event) {
   }
 }
 
+// Files -------------------------------------------------------------------------------------
+
+const POLL_MS = 400; // how often a document's status is asked for
+
+async function translateFile(file) {
+  const status = $("file-status");
+  const link = $("file-download");
+  link.hidden = true;
+  showError("");
+  const extension = file.name.slice(file.name.lastIndexOf(".")).toLowerCase();
+  if (!settings.documents.includes(extension)) {
+    showError(`This service translates ${settings.documents.join(", ")} files, not ${extension}.`);
+    return;
+  }
+  const form = new FormData();
+  form.append("file", file);
+  form.append("target_lang", $("target-lang").value);
+  if ($("source-lang").value !== "auto") form.append("source_lang", $("source-lang").value);
+  status.textContent = `Uploading ${file.name}…`;
+  let accepted;
+  try {
+    accepted = await call("/translate/document", form);
+  } catch (error) {
+    status.textContent = "";
+    showError(error.message);
+    return;
+  }
+  const where = `/translate/document/${accepted.document_id}`;
+  const key = `document_key=${accepted.document_key}`;
+  let state = accepted;
+  while (state.status !== "done") {
+    if (state.status === "error") {
+      status.textContent = "";
+      showError(`The file could not be translated: ${state.error}`);
+      return;
+    }
+    status.textContent = `Translating ${file.name}…`;
+    await new Promise((resolve) => { setTimeout(resolve, POLL_MS); });
+    try {
+      state = await call(`${where}?${key}`);
+    } catch (error) {
+      status.textContent = "";
+      showError(error.message);
+      return;
+    }
+  }
+  let blob;
+  try {
+    const response = await fetch(`${where}/result?${key}`, { headers: headers(false) });
+    if (!response.ok) throw new ServiceError("The translated file could not be downloaded.");
+    blob = await response.blob();
+  } catch (error) {
+    status.textContent = "";
+    showError(error.message);
+    return;
+  }
+  const target = $("target-lang").value;
+  const dot = file.name.lastIndexOf(".");
+  link.download = `${file.name.slice(0, dot)}.${target}${file.name.slice(dot)}`;
+  if (link.href) URL.revokeObjectURL(link.href);
+  link.href = URL.createObjectURL(blob);
+  link.textContent = `Download ${link.download}`;
+  link.hidden = false;
+  status.textContent = `${file.name} is translated.`;
+  link.focus();
+}
+
+function startFiles() {
+  if (!settings.documents?.length) return; // no document API: no control
+  $("files").hidden = false;
+  const input = $("file-input");
+  input.accept = settings.documents.join(",");
+  $("file-types").textContent = `(${settings.documents.join(", ")})`;
+  input.addEventListener("change", () => {
+    if (input.files.length) translateFile(input.files[0]);
+    input.value = "";
+  });
+  const drop = $("file-drop");
+  drop.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    if (event.dataTransfer.files.length) translateFile(event.dataTransfer.files[0]);
+  });
+}
+
 // Copy --------------------------------------------------------------------------------------
 
 async function copy() {
@@ -452,6 +544,7 @@ async function start() {
   document.addEventListener("click", (event) => {
     if (menuFor && !event.target.closest("#alternatives, .sentence")) closeMenu();
   });
+  startFiles();
   if (await loadLanguages() && $("source-text").value) translateNow();
 }
 

@@ -432,7 +432,7 @@ async def start_document(state: ServiceState, http: Request,
     assert document is not None  # parse names the file
     job = state.documents.start(
         glossary_owner(state, key), document[0], options.format, document[1], pair, text,
-        lambda texts: translator.translate_many(texts, pair, options))
+        lambda texts: translator.translate_many(texts, pair, options, background=True))
     return job, request
 
 

@@ -46,6 +46,8 @@ _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread 
 FORMATS = ("text", "html")
 WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
+# A document's sentences in flight: requests of this many, this many requests at once.
+BACKGROUND_SENTENCES, BACKGROUND_REQUESTS = 32, 4
 
 
 @dataclass(frozen=True)
@@ -259,14 +261,18 @@ class Translator:
             return self._loop
 
     async def translate_many(self, texts: list[str], pair: Pair, options: TranslateOptions,
-                             ) -> list[TextResult]:
+                             *, background: bool = False) -> list[TextResult]:
         """``texts`` in requests the scheduler admits: consecutive texts estimated at up to
         MAX_REQUEST_SENTENCES each (a longer text alone), at most as many at once as fill
         MAX_QUEUE, so that a caller of ``translate_batch`` is never refused for a full queue
-        by its own texts."""
-        limit = self.scheduler.max_request_sentences
+        by its own texts. ``background`` work (a document) goes in requests of
+        ``BACKGROUND_SENTENCES``, ``BACKGROUND_REQUESTS`` at a time: enough to keep the
+        batch full, never a backlog that every other request would queue behind."""
+        limit = (BACKGROUND_SENTENCES if background else
+                 self.scheduler.max_request_sentences)
         if self._requests is None:  # made on the loop that uses it
             self._requests = asyncio.Semaphore(max(1, self.settings.max_queue // limit))
+        gate = asyncio.Semaphore(BACKGROUND_REQUESTS) if background else self._requests
         chunks: list[list[str]] = [[]]
         counted = 0
         for text in texts:
@@ -278,8 +284,7 @@ class Translator:
             counted += count
 
         async def translate(chunk: list[str]) -> list[TextResult]:
-            assert self._requests is not None
-            async with self._requests:
+            async with gate:
                 return await self.translate(chunk, pair, options)
 
         done = await asyncio.gather(*(translate(chunk) for chunk in chunks if chunk))

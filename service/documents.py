@@ -2,7 +2,11 @@
 so the same continuous batching) as everyone's texts, and downloaded once done.
 
 Formats: plain text (``.txt``: its paragraphs, blank-line separated, translated with their
-layout kept) and HTML (``.html``, ``.htm``: the markup kept, ``service.markup``). A file is
+layout kept), HTML (``.html``, ``.htm``: the markup kept, ``service.markup``), gettext
+catalogues (``.po``, ``.pot``, read and written with polib: each untranslated message and its
+plural translated, marked fuzzy for a human to review; messages already translated, the
+header, contexts, comments and flags kept) and SubRip subtitles (``.srt``, with the srt
+library: numbering and timing kept, each subtitle's lines translated together). A file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -25,11 +29,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+import polib
+import srt
+
 from service.translator import Pair, TextResult
 
 FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".html": ("html", "text/html; charset=utf-8"),
-           ".htm": ("html", "text/html; charset=utf-8")}
+           ".htm": ("html", "text/html; charset=utf-8"),
+           ".po": ("po", "text/x-gettext-translation; charset=utf-8"),
+           ".pot": ("po", "text/x-gettext-translation; charset=utf-8"),
+           ".srt": ("srt", "application/x-subrip; charset=utf-8")}
 QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
 
 
@@ -108,6 +118,60 @@ def paragraphs(text: str) -> tuple[list[str], list[str]]:
     return parts[0::2], parts[1::2]
 
 
+def read_po(text: str) -> tuple[polib.POFile, list[str]]:
+    """A catalogue and the texts to translate: each untranslated message's msgid (and its
+    msgid_plural, after it)."""
+    try:
+        catalogue = polib.pofile(text)
+    except (OSError, ValueError) as exc:
+        raise DocumentError(f"The catalogue cannot be read: {exc}") from None
+    texts = []
+    for entry in _untranslated(catalogue):
+        texts.append(entry.msgid)
+        if entry.msgid_plural:
+            texts.append(entry.msgid_plural)
+    return catalogue, texts
+
+
+def _untranslated(catalogue: polib.POFile) -> list[polib.POEntry]:
+    return [entry for entry in catalogue if not entry.obsolete and entry.msgid
+            and not entry.translated() and "fuzzy" not in entry.flags]
+
+
+def write_po(catalogue: polib.POFile, translations: list[str]) -> str:
+    """The catalogue with the translations in (plural forms: every form after the first gets
+    the plural's), each marked fuzzy."""
+    given = iter(translations)
+    for entry in _untranslated(catalogue):
+        singular = next(given)
+        if entry.msgid_plural:
+            plural = next(given)
+            forms = max(2, len(entry.msgstr_plural))
+            entry.msgstr_plural = {0: singular, **dict.fromkeys(range(1, forms), plural)}
+        else:
+            entry.msgstr = singular
+        entry.flags.append("fuzzy")
+    return str(catalogue)
+
+
+def read_srt(text: str) -> tuple[list[srt.Subtitle], list[str]]:
+    try:
+        subtitles = list(srt.parse(text))
+    except srt.SRTParseError as exc:
+        raise DocumentError(f"The subtitles cannot be read: {exc}") from None
+    return subtitles, [subtitle.content for subtitle in subtitles]
+
+
+def write_srt(subtitles: list[srt.Subtitle], translations: list[str]) -> str:
+    for subtitle, content in zip(subtitles, translations, strict=True):
+        subtitle.content = content
+    return srt.compose(subtitles, reindex=False)
+
+
+# Formats read into texts and written back around their translations.
+STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt)}
+
+
 @dataclass
 class DocumentJob:
     document_id: str
@@ -166,6 +230,11 @@ class DocumentJobs:
         try:
             if job.kind == "html":
                 translated = (await translate([text]))[0].text
+            elif job.kind in STRUCTURED:
+                read, write = STRUCTURED[job.kind]
+                document, texts = read(text)
+                results = await translate(texts) if texts else []
+                translated = write(document, [result.text for result in results])
             else:
                 pieces, separators = paragraphs(text)
                 results = await translate(pieces)

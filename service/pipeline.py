@@ -86,7 +86,8 @@ class PipelineRequest:
     single: bool = False  # one text sent as a string: its field is "text", not "text[0]"
     glossary_id: str | None = None  # a stored glossary (service.glossary) to apply
     glossary: dict[str, str] | None = None  # or entries given with the request
-    document: tuple[str, str] | None = None  # an uploaded document's (filename, media type)
+    # An uploaded document's (filename, media type, kind: service.documents.FORMATS)
+    document: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -409,8 +410,8 @@ async def start_document(state: ServiceState, http: Request,
     """A document upload through the checks a translation takes (load shedding, key, body,
     readiness, pair, glossary, rate and usage limits), then its translation started in the
     background (``service.documents``). ``parse`` reads the upload into a request of one
-    text (the document's), its ``options.format`` the document's kind, and raises
-    PipelineErrors for a bad file; ``filename`` and ``media_type`` travel in its fields."""
+    text (the document's), and raises
+    PipelineErrors for a bad file; its ``document`` names the file, its type and kind."""
     settings = state.settings
     shed_when_behind(state)
     request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
@@ -430,8 +431,9 @@ async def start_document(state: ServiceState, http: Request,
     state.usage.add(client, len(text))
     document = request.document
     assert document is not None  # parse names the file
+    filename, media_type, kind = document
     job = state.documents.start(
-        glossary_owner(state, key), document[0], options.format, document[1], pair, text,
+        glossary_owner(state, key), filename, kind, media_type, pair, text,
         lambda texts: translator.translate_many(texts, pair, options, background=True))
     return job, request
 

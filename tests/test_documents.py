@@ -143,3 +143,80 @@ def test_the_services_own_document_api(server: ServerProcess) -> None:
     missing = httpx.post(server.url + "/translate/document", headers=headers,
                          files={"file": ("a.txt", b"x")})
     assert missing.status_code == 422 and missing.json()["error"]["field"] == "target_lang"
+
+
+PO = '''# A catalogue of the project.
+msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\\n"
+"Plural-Forms: nplurals=2; plural=(n != 1);\\n"
+
+#. The window's title
+#: src/main.c:10
+msgctxt "window"
+msgid "Open file"
+msgstr ""
+
+#, c-format
+msgid "%d file"
+msgid_plural "%d files"
+msgstr[0] ""
+msgstr[1] ""
+
+msgid "Save"
+msgstr "Speichern"
+
+#, fuzzy
+msgid "Close"
+msgstr "Schliessen"
+'''
+
+SRT = '''1
+00:00:01,000 --> 00:00:02,500
+Hello there.
+How are you?
+
+2
+00:00:03,000 --> 00:00:04,000
+Fine.
+'''
+
+
+def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) -> None:
+    import polib
+    import srt
+
+    headers = {"Authorization": "Bearer k1"}
+
+    def translated(name: str, content: str) -> str:
+        accepted = httpx.post(server.url + "/translate/document", headers=headers,
+                              data={"target_lang": "de"},
+                              files={"file": (name, content.encode())}).json()
+        url = f"{server.url}/translate/document/{accepted['document_id']}"
+        key = {"document_key": accepted["document_key"]}
+        for _ in range(200):
+            if httpx.get(url, params=key, headers=headers).json()["status"] == "done":
+                break
+            time.sleep(0.05)
+        return httpx.get(url + "/result", params=key, headers=headers).text
+
+    catalogue = polib.pofile(translated("app.po", PO))
+    assert catalogue.metadata["Plural-Forms"] == "nplurals=2; plural=(n != 1);"
+    opened = catalogue.find("Open file", msgctxt="window")
+    assert opened.msgstr == "OPEN FILE" and "fuzzy" in opened.flags
+    assert opened.comment == "The window's title" and opened.occurrences == [("src/main.c",
+                                                                              "10")]
+    files = catalogue.find("%d file")
+    assert files.msgstr_plural == {0: "%d FILE", 1: "%d FILES"}
+    assert "c-format" in files.flags and "fuzzy" in files.flags
+    assert catalogue.find("Save").msgstr == "Speichern"  # already translated: kept
+    assert catalogue.find("Close").msgstr == "Schliessen"  # fuzzy: a human's, kept
+    subtitles = list(srt.parse(translated("film.srt", SRT)))
+    assert [(s.index, s.start.total_seconds(), s.end.total_seconds(), s.content)
+            for s in subtitles] == [(1, 1.0, 2.5, "HELLO THERE.\nHOW ARE YOU?"),
+                                    (2, 3.0, 4.0, "FINE.")]
+    broken = httpx.post(server.url + "/translate/document", headers=headers,
+                        data={"target_lang": "de"},
+                        files={"file": ("bad.srt", b"1\nnot a time\nHello\n")})
+    assert broken.status_code == 400 and "subtitles cannot be read" in broken.json()[
+        "error"]["message"]

@@ -8,7 +8,14 @@ from urllib.parse import quote
 
 from fastapi.responses import Response
 
-from service.documents import DocumentError, DocumentJob, document_kind, document_text, read_upload
+from service.documents import (
+    STRUCTURED,
+    DocumentError,
+    DocumentJob,
+    document_kind,
+    document_text,
+    read_upload,
+)
 from service.pipeline import PipelineError, PipelineRequest
 from service.settings import Settings
 from service.translator import TranslateOptions
@@ -27,6 +34,8 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
         upload = read_upload(body, content_type)
         kind, media_type = document_kind(upload.filename)
         text = document_text(upload.data, settings.max_document_chars)
+        if kind in STRUCTURED:  # refused now, with a 400, rather than failing as a job
+            STRUCTURED[kind][0](text)
     except DocumentError as exc:
         code = "document_too_large" if exc.status == 413 else "invalid_document"
         raise PipelineError(code, str(exc), exc.field) from None
@@ -38,11 +47,12 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     given = fields.get(source, "").strip()
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
-    return PipelineRequest([text], TranslateOptions(format=kind), source=from_language,
+    options = TranslateOptions(format="html" if kind == "html" else "text")
+    return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",
                            glossary_id=glossary_id or None,
-                           document=(upload.filename, media_type))
+                           document=(upload.filename, media_type, kind))
 
 
 def translated_name(filename: str) -> str:

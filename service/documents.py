@@ -5,8 +5,9 @@ Formats: plain text (``.txt``: its paragraphs, blank-line separated, translated 
 layout kept), HTML (``.html``, ``.htm``: the markup kept, ``service.markup``), gettext
 catalogues (``.po``, ``.pot``, read and written with polib: each untranslated message and its
 plural translated, marked fuzzy for a human to review; messages already translated, the
-header, contexts, comments and flags kept) and SubRip subtitles (``.srt``, with the srt
-library: numbering and timing kept, each subtitle's lines translated together). A file is
+header, contexts, comments and flags kept) and subtitles (SubRip ``.srt`` with the srt
+library, WebVTT ``.vtt`` with webvtt-py: numbering, identifiers, timing, cue settings and
+notes kept, each subtitle's lines translated together). A file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -31,6 +32,7 @@ from pathlib import PurePath
 
 import polib
 import srt
+import webvtt
 
 from service.translator import Pair, TextResult
 
@@ -39,7 +41,8 @@ FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".htm": ("html", "text/html; charset=utf-8"),
            ".po": ("po", "text/x-gettext-translation; charset=utf-8"),
            ".pot": ("po", "text/x-gettext-translation; charset=utf-8"),
-           ".srt": ("srt", "application/x-subrip; charset=utf-8")}
+           ".srt": ("srt", "application/x-subrip; charset=utf-8"),
+           ".vtt": ("vtt", "text/vtt; charset=utf-8")}
 QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
 
 
@@ -168,8 +171,23 @@ def write_srt(subtitles: list[srt.Subtitle], translations: list[str]) -> str:
     return srt.compose(subtitles, reindex=False)
 
 
+def read_vtt(text: str) -> tuple[webvtt.WebVTT, list[str]]:
+    try:
+        captions = webvtt.from_string(text)
+    except webvtt.errors.MalformedFileError as exc:
+        raise DocumentError(f"The subtitles cannot be read: {exc}") from None
+    return captions, [caption.text for caption in captions]
+
+
+def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
+    for caption, text in zip(captions, translations, strict=True):
+        caption.text = text
+    return captions.content
+
+
 # Formats read into texts and written back around their translations.
-STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt)}
+STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
+              "vtt": (read_vtt, write_vtt)}
 
 
 @dataclass

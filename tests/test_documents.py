@@ -215,6 +215,11 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
     assert [(s.index, s.start.total_seconds(), s.end.total_seconds(), s.content)
             for s in subtitles] == [(1, 1.0, 2.5, "HELLO THERE.\nHOW ARE YOU?"),
                                     (2, 3.0, 4.0, "FINE.")]
+    cues = translated("film.vtt", "WEBVTT\n\nintro\n00:00:01.000 --> 00:00:02.000 "
+                      "align:start\nHello.\n\nNOTE kept\n\n00:00:03.000 --> 00:00:04.000\n"
+                      "Bye now.\n")
+    assert cues == ("WEBVTT\n\nintro\n00:00:01.000 --> 00:00:02.000 align:start\nHELLO.\n\n"
+                    "NOTE kept\n\n00:00:03.000 --> 00:00:04.000\nBYE NOW.\n")
     broken = httpx.post(server.url + "/translate/document", headers=headers,
                         data={"target_lang": "de"},
                         files={"file": ("bad.srt", b"1\nnot a time\nHello\n")})

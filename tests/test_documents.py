@@ -114,6 +114,17 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
 
+def test_a_libretranslate_file_client(server: ServerProcess, tmp_path: Path) -> None:
+    """libretranslate-aio's translate_file, pointed at /libretranslate, and its URL fetched."""
+    from libretranslate_aio import LibreTranslate
+
+    page = tmp_path / "page.html"
+    page.write_text("<p>Good <i>day</i></p>")
+    with LibreTranslate(server.url + "/libretranslate", api_key="k1") as client:
+        result = client.translate_file(page, source="en", target="de")
+    assert httpx.get(result.translated_file_url).text == "<p>GOOD <i>DAY</i></p>"
+
+
 def test_the_services_own_document_api(server: ServerProcess) -> None:
     headers = {"Authorization": "Bearer k1"}
     accepted = httpx.post(server.url + "/translate/document", headers=headers,

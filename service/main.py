@@ -88,6 +88,7 @@ def create_app(
             draining = state.start_draining()  # begun already when served by ``Server``
             if draining is not None and not await draining:
                 log.warning("shutdown grace period over; unfinished requests got 503")
+            await state.documents.close()  # documents still translating end as errors
 
     app = FastAPI(
         title="Translation service",

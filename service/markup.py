@@ -439,7 +439,7 @@ def _left_alone(name: str, attrs: dict[str, str | None], ignore: frozenset[str])
 
 
 def _kept_whole(events: list[tuple[str, int, str, dict[str, str | None]]], ends: list[int],
-                fragment: str) -> set[int]:
+                fragment: str, inline: frozenset[str] = INLINE) -> set[int]:
     """The opening events of the inline elements that stay whole, as one tag in their
     sentence: those marked as handles (``HANDLE_CLASSES``) and those whose text is one
     untranslatable item (a URL, @user, #tag, :emoji:, a number) or, for a link, a piece of
@@ -449,7 +449,7 @@ def _kept_whole(events: list[tuple[str, int, str, dict[str, str | None]]], ends:
     whole: set[int] = set()
     for opening, closing in _closings(events).items():
         _, _, name, attrs = events[opening]
-        if name not in INLINE:
+        if name not in inline:
             continue
         if HANDLE_CLASSES & set((attrs.get("class") or "").split()):
             whole.add(opening)
@@ -488,13 +488,16 @@ def _is_item(text: str, name: str, attrs: dict[str, str | None]) -> bool:
     return name == "a" and ("." in shown or "/" in shown) and shown in address
 
 
-def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] = ()) -> Document:
+def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] = (),
+          inline: Sequence[str] = ()) -> Document:
     """Cut ``fragment`` (HTML or XML) into verbatim parts and segments to translate; the
     quoted values of ``attributes`` (e.g. ``("alt", "title")``) of the tags not left alone
     are segments too, after the texts. Elements named in ``ignore`` (DeepL's ``ignore_tags``)
     are left alone as well, and stay in their sentence as one inline tag: callers name the
-    tags that wrap placeholders, terms and code inside sentences."""
+    tags that wrap placeholders, terms and code inside sentences. Elements named in
+    ``inline`` are inline besides HTML's (XLIFF's inline codes)."""
     ignored = frozenset(name.lower() for name in ignore)
+    inline_names = INLINE | frozenset(name.lower() for name in inline)
     try:
         events = _Events(fragment).events
     except AssertionError:  # a parser bug on some malformed input: translate nothing
@@ -502,7 +505,7 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
     if any(a[1] > b[1] for a, b in itertools.pairwise(events)):  # out of order: ditto
         return Document([fragment])
     ends = [start for _, start, _, _ in events[1:]] + [len(fragment)] * bool(events)
-    kept = _kept_whole(events, ends, fragment)
+    kept = _kept_whole(events, ends, fragment, inline_names)
     # Whatever the parser passed over without an event ("</>" at the start) stays as it is.
     parts: list[str | _Segment] = [fragment[: events[0][1]] if events else fragment]
     run: list[str | _Tag] = []
@@ -551,10 +554,10 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
             continue
         if kind == "open" and (kept_whole or _left_alone(name, attrs, ignored)):
             alone, alone_start = (name, 1), start
-            inline_alone = (name in INLINE or name in {"code", "kbd", "samp", "var"}
+            inline_alone = (name in inline_names or name in {"code", "kbd", "samp", "var"}
                             or name in ignored)
             continue
-        if kind == "text" or (kind != "other" and (name in INLINE or name in ignored)):
+        if kind == "text" or (kind != "other" and (name in inline_names or name in ignored)):
             if kind == "text":
                 if run and isinstance(run[-1], str):
                     run[-1] += raw

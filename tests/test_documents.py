@@ -193,6 +193,29 @@ Fine.
 '''
 
 
+XLIFF = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file source-language="en" target-language="de" datatype="plaintext" original="ui">
+    <body>
+      <trans-unit id="1">
+        <source>Click <g id="b">Save</g> to keep &amp; close<x id="2"/>.</source>
+      </trans-unit>
+      <trans-unit id="2">
+        <source>Done</source>
+        <target state="translated">Fertig</target>
+      </trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+XLIFF_2 = """<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en">
+<file id="f"><unit id="u"><segment><source>Press <pc id="1">OK</pc> now.</source></segment>
+</unit></file></xliff>"""
+LAUGHS = """<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "ha"><!ENTITY b "&a;&a;&a;">]>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:1.2"><file><body><trans-unit id="1">
+<source>&b;</source></trans-unit></body></file></xliff>"""
+
+
 def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) -> None:
     import polib
     import srt
@@ -231,6 +254,20 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
                       "Bye now.\n")
     assert cues == ("WEBVTT\n\nintro\n00:00:01.000 --> 00:00:02.000 align:start\nHELLO.\n\n"
                     "NOTE kept\n\n00:00:03.000 --> 00:00:04.000\nBYE NOW.\n")
+    xliff = translated("ui.xlf", XLIFF)
+    assert '<target state="needs-review-translation">CLICK <g id="b">SAVE</g> TO KEEP ' \
+           '&amp; CLOSE<x id="2"/>.</target>' in xliff
+    assert '<target state="translated">Fertig</target>' in xliff  # a translation kept
+    assert xliff.startswith("<?xml version='1.0' encoding='UTF-8'?>")
+    two = translated("ui.xliff", XLIFF_2)
+    assert '<segment state="translated"><source>Press <pc id="1">OK</pc> now.</source>' \
+           '<target>PRESS <pc id="1">OK</pc> NOW.</target></segment>' in two
+    for name, content, why in (
+            ("laughs.xlf", LAUGHS, "DTD or entity"), ("bad.xlf", "<xliff", "cannot be read"),
+            ("other.xlf", "<root/>", "Not an XLIFF")):
+        refused = httpx.post(server.url + "/translate/document", headers=headers,
+                             data={"target_lang": "de"}, files={"file": (name, content)})
+        assert refused.status_code == 400 and why in refused.json()["error"]["message"]
     broken = httpx.post(server.url + "/translate/document", headers=headers,
                         data={"target_lang": "de"},
                         files={"file": ("bad.srt", b"1\nnot a time\nHello\n")})

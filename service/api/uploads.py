@@ -10,6 +10,7 @@ from fastapi.responses import Response
 
 from service.documents import (
     STRUCTURED,
+    XLIFF_INLINE,
     DocumentError,
     DocumentJob,
     document_kind,
@@ -47,7 +48,9 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     given = fields.get(source, "").strip()
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
-    options = TranslateOptions(format="html" if kind == "html" else "text")
+    # HTML, and XLIFF's sources with their inline codes, keep their markup.
+    options = TranslateOptions(format="html" if kind in ("html", "xliff") else "text",
+                               inline_tags=XLIFF_INLINE if kind == "xliff" else ())
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",

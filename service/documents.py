@@ -10,7 +10,9 @@ library, WebVTT ``.vtt`` with webvtt-py: numbering, identifiers, timing, cue set
 notes kept, each subtitle's lines translated together) and XLIFF 1.2 and 2.0 (``.xlf``,
 ``.xliff``, with lxml, no DTD or entity accepted: each source without a translation, its
 inline codes kept through the markup machinery, written as its target with the state a
-reviewer looks for). A file is
+reviewer looks for), and Word documents (``.docx``, with python-docx: paragraphs of the
+body, table cells, headers and footers, each paragraph one text with its runs as inline
+tags; the zip checked first). A text file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -26,14 +28,20 @@ import email.parser
 import email.policy
 import hmac
 import html
+import io
 import re
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+import zipfile
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+import docx
+import docx.document
+import docx.text.paragraph
+import docx.text.run
 import polib
 import srt
 import webvtt
@@ -49,7 +57,13 @@ FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".srt": ("srt", "application/x-subrip; charset=utf-8"),
            ".vtt": ("vtt", "text/vtt; charset=utf-8"),
            ".xlf": ("xliff", "application/xliff+xml; charset=utf-8"),
-           ".xliff": ("xliff", "application/xliff+xml; charset=utf-8")}
+           ".xliff": ("xliff", "application/xliff+xml; charset=utf-8"),
+           ".docx": ("docx", "application/vnd.openxmlformats-officedocument."
+                             "wordprocessingml.document")}
+BINARY = frozenset({"docx"})  # read as bytes, not as UTF-8 text
+# A DOCX is a zip: refused when it would unpack to more than this, or at a ratio above this
+# (a zip bomb), before python-docx opens it.
+MAX_UNPACKED_BYTES, MAX_ZIP_RATIO = 200_000_000, 200
 QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
 
 
@@ -195,6 +209,8 @@ def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
 # XLIFF's inline codes (1.2: g x bx ex ph bpt ept it mrk sub; 2.0: pc ph sc ec mrk): the
 # text around them is one sentence (service.markup's inline elements).
 XLIFF_INLINE = ("g", "x", "bx", "ex", "ph", "bpt", "ept", "it", "mrk", "sub", "pc", "sc", "ec")
+# Each kind's inline elements besides HTML's: XLIFF's codes, a DOCX paragraph's runs.
+INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",)}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # A parser that resolves no entity and reads no DTD or network resource.
@@ -264,9 +280,100 @@ def write_xliff(document: Xliff, translations: list[str]) -> str:
     return etree.tostring(document.tree, encoding="UTF-8", xml_declaration=True).decode()
 
 
+def check_zip(data: bytes, what: str) -> None:
+    """A zipped office file that can be opened: a zip (an encrypted Office file is not),
+    unpacking to a bounded size."""
+    if data[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
+        raise DocumentError(f"The {what} is encrypted (password-protected): save it without "
+                            "a password.")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except zipfile.BadZipFile:
+        raise DocumentError(f"The {what} is not a valid file (not a zip archive).") from None
+    if unpacked > MAX_UNPACKED_BYTES or unpacked > MAX_ZIP_RATIO * max(len(data), 1):
+        raise DocumentError(f"The {what} unpacks to {unpacked} bytes from {len(data)}: "
+                            "refused as a zip bomb.")
+
+
+@dataclass
+class Docx:
+    document: docx.document.Document
+    runs: list[list[docx.text.run.Run]]  # each translated paragraph's runs
+
+
+def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.paragraph.Paragraph]:
+    """The body's paragraphs, those of its tables' cells (each merged cell once), and of the
+    sections' headers and footers (each shared one once)."""
+    yield from document.paragraphs
+    seen: set[int] = set()
+    for table in document.tables:
+        for row in table.rows:
+            for cell in row.cells:
+                if id(cell._tc) not in seen:
+                    seen.add(id(cell._tc))
+                    yield from cell.paragraphs
+    for section in document.sections:
+        for part in (section.header, section.footer):
+            if not part.is_linked_to_previous and id(part._element) not in seen:
+                seen.add(id(part._element))
+                yield from part.paragraphs
+
+
+def read_docx(data: bytes) -> tuple[Docx, list[str]]:
+    """A Word document and, for each paragraph with text, its runs as one fragment:
+    ``<r i="0">...</r><r i="1">...</r>``, so that a paragraph is translated as one text
+    and each run (bold, italic, a link's text) gets back the words the model kept inside
+    it (``service.markup``)."""
+    check_zip(data, "DOCX file")
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except Exception as exc:  # python-docx raises many kinds for a broken package
+        raise DocumentError(f"The DOCX file cannot be read: {exc}") from None
+    runs, texts = [], []
+    for paragraph in _docx_paragraphs(document):
+        parts = [run for run in paragraph.runs if run.text]
+        if not "".join(run.text for run in parts).strip():
+            continue
+        runs.append(parts)
+        texts.append("".join(f'<r i="{i}">{html.escape(run.text, quote=False)}</r>'
+                             for i, run in enumerate(parts)))
+    return Docx(document, runs), texts
+
+
+_RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')
+
+
+def write_docx(document: Docx, translations: list[str]) -> bytes:
+    """Each run's text from inside its tag in the translation; words the model left outside
+    every tag go to the run before them (or the first)."""
+    for runs, translation in zip(document.runs, translations, strict=True):
+        texts = [""] * len(runs)
+        current, inside = 0, False
+        for piece in _RUN_TAG.split(translation):
+            if piece.startswith('<r i="'):
+                current, inside = int(piece[6:-2]), True
+            elif piece == "</r>":
+                inside = False
+            elif piece:
+                texts[current if inside or current < len(runs) else 0] += html.unescape(piece)
+        for run, text in zip(runs, texts, strict=True):
+            run.text = text
+    out = io.BytesIO()
+    document.document.save(out)
+    return out.getvalue()
+
+
+def docx_text(data: bytes) -> str:
+    """The words of a DOCX (for counting and detection), its paragraphs a line each."""
+    document = read_docx(data)[0]
+    return "\n".join("".join(run.text for run in runs) for runs in document.runs)
+
+
 # Formats read into texts and written back around their translations.
 STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
-              "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff)}
+              "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff),
+              "docx": (read_docx, write_docx)}
 
 
 @dataclass
@@ -312,19 +419,28 @@ class DocumentJobs:
         return len(self._jobs) >= self.max_jobs
 
     def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
-              text: str, translate: Translate) -> DocumentJob:
-        """A job for ``text``, translated by ``translate`` (texts in, results out) in the
-        background."""
+              text: str | bytes, translate: Translate, characters: int) -> DocumentJob:
+        """A job for ``text`` (the file's bytes for a binary format), translated by
+        ``translate`` (texts in, results out) in the background."""
         job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
                           secrets.token_hex(32).upper(), owner, filename, kind, media_type,
-                          pair, len(text))
+                          pair, characters)
         self._jobs[job.document_id] = job
         job.task = asyncio.get_running_loop().create_task(self._run(job, text, translate))
         return job
 
-    async def _run(self, job: DocumentJob, text: str, translate: Translate) -> None:
+    async def _run(self, job: DocumentJob, text: str | bytes, translate: Translate) -> None:
         job.status = TRANSLATING
         try:
+            if job.kind in BINARY:
+                assert isinstance(text, bytes)
+                read_binary, write_binary = STRUCTURED[job.kind]
+                document, texts = read_binary(text)
+                results = await translate(texts) if texts else []
+                job.result = write_binary(document, [result.text for result in results])
+                job.status = DONE
+                return
+            assert isinstance(text, str)
             if job.kind == "html":
                 translated = (await translate([text]))[0].text
             elif job.kind in STRUCTURED:

@@ -88,6 +88,7 @@ class PipelineRequest:
     glossary: dict[str, str] | None = None  # or entries given with the request
     # An uploaded document's (filename, media type, kind: service.documents.FORMATS)
     document: tuple[str, str, str] | None = None
+    document_data: bytes | None = None  # a binary document's bytes (texts: its words)
 
 
 @dataclass(frozen=True)
@@ -433,8 +434,10 @@ async def start_document(state: ServiceState, http: Request,
     assert document is not None  # parse names the file
     filename, media_type, kind = document
     job = state.documents.start(
-        glossary_owner(state, key), filename, kind, media_type, pair, text,
-        lambda texts: translator.translate_many(texts, pair, options, background=True))
+        glossary_owner(state, key), filename, kind, media_type, pair,
+        request.document_data if request.document_data is not None else text,
+        lambda texts: translator.translate_many(texts, pair, options, background=True),
+        len(text))
     return job, request
 
 

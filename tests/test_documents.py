@@ -108,8 +108,8 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert httpx.get(url).status_code == 404  # downloaded once, then gone
     refused = httpx.post(server.url + "/libretranslate/translate_file", data={
         "source": "en", "target": "de", "api_key": "k1"},
-        files={"file": ("a.docx", b"PK")})
-    assert refused.status_code == 400 and "'.docx'" in refused.json()["error"]
+        files={"file": ("a.pptx", b"PK")})
+    assert refused.status_code == 400 and "'.pptx'" in refused.json()["error"]
     settings = httpx.get(server.url + "/libretranslate/frontend/settings").json()
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
@@ -273,3 +273,47 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
                         files={"file": ("bad.srt", b"1\nnot a time\nHello\n")})
     assert broken.status_code == 400 and "subtitles cannot be read" in broken.json()[
         "error"]["message"]
+
+
+def word_document(path: Path) -> Path:
+    import docx
+
+    document = docx.Document()
+    paragraph = document.add_paragraph("Click ")
+    paragraph.add_run("Save").bold = True
+    paragraph.add_run(" to keep the file.")
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "First cell."
+    table.cell(0, 1).text = "Second cell."
+    document.sections[0].header.paragraphs[0].text = "Header text."
+    document.save(path)
+    return path
+
+
+def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
+                                                     tmp_path: Path) -> None:
+    import io
+    import zipfile
+
+    import deepl
+    import docx
+
+    client = deepl.Translator("k1", server_url=server.url)
+    source = word_document(tmp_path / "report.docx")
+    client.translate_document_from_filepath(source, tmp_path / "report.de.docx",
+                                            target_lang="DE")
+    translated = docx.Document(tmp_path / "report.de.docx")
+    runs = [(run.text, run.bold) for run in translated.paragraphs[0].runs]
+    assert runs == [("CLICK ", None), ("SAVE", True), (" TO KEEP THE FILE.", None)]
+    assert [c.text for c in translated.tables[0].rows[0].cells] == ["FIRST CELL.",
+                                                                    "SECOND CELL."]
+    assert translated.sections[0].header.paragraphs[0].text == "HEADER TEXT."
+    # Refused by name: an encrypted file (an OLE container), a corrupt zip, a zip bomb.
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b"0" * 50_000_000)
+    for content, why in ((b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 100, "encrypted"),
+                         (b"PK\x03\x04 broken", "not a valid file"),
+                         (bomb.getvalue(), "zip bomb")):
+        with pytest.raises(deepl.DeepLException, match=why):
+            client.translate_document(content, None, target_lang="DE", filename="a.docx")

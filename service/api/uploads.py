@@ -9,12 +9,14 @@ from urllib.parse import quote
 from fastapi.responses import Response
 
 from service.documents import (
+    BINARY,
+    INLINE_TAGS,
     STRUCTURED,
-    XLIFF_INLINE,
     DocumentError,
     DocumentJob,
     document_kind,
     document_text,
+    docx_text,
     read_upload,
 )
 from service.pipeline import PipelineError, PipelineRequest
@@ -34,9 +36,16 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     try:
         upload = read_upload(body, content_type)
         kind, media_type = document_kind(upload.filename)
-        text = document_text(upload.data, settings.max_document_chars)
-        if kind in STRUCTURED:  # refused now, with a 400, rather than failing as a job
-            STRUCTURED[kind][0](text)
+        if kind in BINARY:  # the words, for limits and detection; the file goes as it came
+            text = docx_text(upload.data)
+            if len(text) > settings.max_document_chars:
+                raise DocumentError(f"The document has {len(text)} characters; at most "
+                                    f"{settings.max_document_chars} (MAX_DOCUMENT_CHARS).",
+                                    status=413)
+        else:
+            text = document_text(upload.data, settings.max_document_chars)
+            if kind in STRUCTURED:  # refused now, with a 400, rather than failing as a job
+                STRUCTURED[kind][0](text)
     except DocumentError as exc:
         code = "document_too_large" if exc.status == 413 else "invalid_document"
         raise PipelineError(code, str(exc), exc.field) from None
@@ -49,13 +58,15 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
     # HTML, and XLIFF's sources with their inline codes, keep their markup.
-    options = TranslateOptions(format="html" if kind in ("html", "xliff") else "text",
-                               inline_tags=XLIFF_INLINE if kind == "xliff" else ())
+    # HTML, XLIFF's sources and a DOCX paragraph's runs keep their markup.
+    options = TranslateOptions(format="html" if kind in ("html", "xliff", "docx") else "text",
+                               inline_tags=INLINE_TAGS.get(kind, ()))
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",
                            glossary_id=glossary_id or None,
-                           document=(upload.filename, media_type, kind))
+                           document=(upload.filename, media_type, kind),
+                           document_data=upload.data if kind in BINARY else None)
 
 
 def translated_name(filename: str) -> str:

@@ -12,7 +12,8 @@ notes kept, each subtitle's lines translated together) and XLIFF 1.2 and 2.0 (``
 inline codes kept through the markup machinery, written as its target with the state a
 reviewer looks for), and Word documents (``.docx``, with python-docx: paragraphs of the
 body, table cells, headers and footers, each paragraph one text with its runs as inline
-tags; the zip checked first). A text file is
+tags; the zip checked first) and presentations (``.pptx``, with python-pptx: text frames,
+grouped shapes, table cells, speaker notes, likewise). A text file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -43,6 +44,9 @@ import docx.document
 import docx.text.paragraph
 import docx.text.run
 import polib
+import pptx
+import pptx.enum.shapes
+import pptx.presentation
 import srt
 import webvtt
 from lxml import etree
@@ -59,8 +63,10 @@ FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".xlf": ("xliff", "application/xliff+xml; charset=utf-8"),
            ".xliff": ("xliff", "application/xliff+xml; charset=utf-8"),
            ".docx": ("docx", "application/vnd.openxmlformats-officedocument."
-                             "wordprocessingml.document")}
-BINARY = frozenset({"docx"})  # read as bytes, not as UTF-8 text
+                             "wordprocessingml.document"),
+           ".pptx": ("pptx", "application/vnd.openxmlformats-officedocument."
+                             "presentationml.presentation")}
+BINARY = frozenset({"docx", "pptx"})  # read as bytes, not as UTF-8 text
 # A DOCX is a zip: refused when it would unpack to more than this, or at a ratio above this
 # (a zip bomb), before python-docx opens it.
 MAX_UNPACKED_BYTES, MAX_ZIP_RATIO = 200_000_000, 200
@@ -210,7 +216,7 @@ def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
 # text around them is one sentence (service.markup's inline elements).
 XLIFF_INLINE = ("g", "x", "bx", "ex", "ph", "bpt", "ept", "it", "mrk", "sub", "pc", "sc", "ec")
 # Each kind's inline elements besides HTML's: XLIFF's codes, a DOCX paragraph's runs.
-INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",)}
+INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",), "pptx": ("r",)}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # A parser that resolves no entity and reads no DTD or network resource.
@@ -297,9 +303,11 @@ def check_zip(data: bytes, what: str) -> None:
 
 
 @dataclass
-class Docx:
-    document: docx.document.Document
-    runs: list[list[docx.text.run.Run]]  # each translated paragraph's runs
+class Office:
+    """A Word document or a presentation, and the runs of each paragraph translated."""
+
+    document: docx.document.Document | pptx.presentation.Presentation
+    runs: list[list]  # each translated paragraph's runs (python-docx's or python-pptx's)
 
 
 def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.paragraph.Paragraph]:
@@ -320,7 +328,7 @@ def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.par
                 yield from part.paragraphs
 
 
-def read_docx(data: bytes) -> tuple[Docx, list[str]]:
+def read_docx(data: bytes) -> tuple[Office, list[str]]:
     """A Word document and, for each paragraph with text, its runs as one fragment:
     ``<r i="0">...</r><r i="1">...</r>``, so that a paragraph is translated as one text
     and each run (bold, italic, a link's text) gets back the words the model kept inside
@@ -330,21 +338,59 @@ def read_docx(data: bytes) -> tuple[Docx, list[str]]:
         document = docx.Document(io.BytesIO(data))
     except Exception as exc:  # python-docx raises many kinds for a broken package
         raise DocumentError(f"The DOCX file cannot be read: {exc}") from None
+    return _office(document, _docx_paragraphs(document))
+
+
+def _office(document: docx.document.Document | pptx.presentation.Presentation,
+            paragraphs: Iterator) -> tuple[Office, list[str]]:
     runs, texts = [], []
-    for paragraph in _docx_paragraphs(document):
+    for paragraph in paragraphs:
         parts = [run for run in paragraph.runs if run.text]
         if not "".join(run.text for run in parts).strip():
             continue
         runs.append(parts)
         texts.append("".join(f'<r i="{i}">{html.escape(run.text, quote=False)}</r>'
                              for i, run in enumerate(parts)))
-    return Docx(document, runs), texts
+    return Office(document, runs), texts
+
+
+def _pptx_paragraphs(presentation: pptx.presentation.Presentation) -> Iterator:
+    """Every text frame's paragraphs: in shapes (grouped ones too), table cells and the
+    speaker notes, slide by slide."""
+
+    def frames(shapes) -> Iterator:
+        for shape in shapes:
+            if shape.shape_type == pptx.enum.shapes.MSO_SHAPE_TYPE.GROUP:
+                yield from frames(shape.shapes)
+            if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+                yield shape.text_frame
+            if getattr(shape, "has_table", False) and shape.has_table:
+                for row in shape.table.rows:
+                    for cell in row.cells:
+                        yield cell.text_frame
+
+    for slide in presentation.slides:
+        for frame in frames(slide.shapes):
+            yield from frame.paragraphs
+        if slide.has_notes_slide:
+            yield from slide.notes_slide.notes_text_frame.paragraphs
+
+
+def read_pptx(data: bytes) -> tuple[Office, list[str]]:
+    """A presentation and, for each paragraph with text, its runs as one fragment (as
+    ``read_docx``)."""
+    check_zip(data, "PPTX file")
+    try:
+        presentation = pptx.Presentation(io.BytesIO(data))
+    except Exception as exc:  # python-pptx raises many kinds for a broken package
+        raise DocumentError(f"The PPTX file cannot be read: {exc}") from None
+    return _office(presentation, _pptx_paragraphs(presentation))
 
 
 _RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')
 
 
-def write_docx(document: Docx, translations: list[str]) -> bytes:
+def write_office(document: Office, translations: list[str]) -> bytes:
     """Each run's text from inside its tag in the translation; words the model left outside
     every tag go to the run before them (or the first)."""
     for runs, translation in zip(document.runs, translations, strict=True):
@@ -364,16 +410,16 @@ def write_docx(document: Docx, translations: list[str]) -> bytes:
     return out.getvalue()
 
 
-def docx_text(data: bytes) -> str:
-    """The words of a DOCX (for counting and detection), its paragraphs a line each."""
-    document = read_docx(data)[0]
+def office_text(kind: str, data: bytes) -> str:
+    """The words of an office file (for counting and detection), a paragraph a line."""
+    document = STRUCTURED[kind][0](data)[0]
     return "\n".join("".join(run.text for run in runs) for runs in document.runs)
 
 
 # Formats read into texts and written back around their translations.
 STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
               "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff),
-              "docx": (read_docx, write_docx)}
+              "docx": (read_docx, write_office), "pptx": (read_pptx, write_office)}
 
 
 @dataclass

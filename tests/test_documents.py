@@ -108,8 +108,8 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert httpx.get(url).status_code == 404  # downloaded once, then gone
     refused = httpx.post(server.url + "/libretranslate/translate_file", data={
         "source": "en", "target": "de", "api_key": "k1"},
-        files={"file": ("a.pptx", b"PK")})
-    assert refused.status_code == 400 and "'.pptx'" in refused.json()["error"]
+        files={"file": ("a.xlsx", b"PK")})
+    assert refused.status_code == 400 and "'.xlsx'" in refused.json()["error"]
     settings = httpx.get(server.url + "/libretranslate/frontend/settings").json()
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
@@ -317,3 +317,31 @@ def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
                          (bomb.getvalue(), "zip bomb")):
         with pytest.raises(deepl.DeepLException, match=why):
             client.translate_document(content, None, target_lang="DE", filename="a.docx")
+
+
+def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_path: Path) -> None:
+    import deepl
+    import pptx
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Slide title"
+    box = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(4), Inches(1))
+    paragraph = box.text_frame.paragraphs[0]
+    paragraph.text = "Press "
+    bold = paragraph.add_run()
+    bold.text, bold.font.bold = "Enter", True
+    table = slide.shapes.add_table(1, 1, Inches(1), Inches(4), Inches(2), Inches(1)).table
+    table.cell(0, 0).text = "In a cell."
+    slide.notes_slide.notes_text_frame.text = "Speaker notes."
+    source = tmp_path / "deck.pptx"
+    presentation.save(source)
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(source, tmp_path / "deck.de.pptx", target_lang="DE")
+    translated = pptx.Presentation(tmp_path / "deck.de.pptx").slides[0]
+    assert translated.shapes.title.text == "SLIDE TITLE"
+    runs = [(r.text, r.font.bold) for r in translated.shapes[1].text_frame.paragraphs[0].runs]
+    assert runs == [("PRESS ", None), ("ENTER", True)]
+    assert translated.shapes[2].table.cell(0, 0).text == "IN A CELL."
+    assert translated.notes_slide.notes_text_frame.text == "SPEAKER NOTES."

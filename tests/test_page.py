@@ -40,8 +40,8 @@ def test_the_page_is_served_with_a_policy_that_keeps_it_to_this_server(
         assert (await client.get("/page/nothing.js")).status_code == 404
         settings = (await client.get("/page/settings")).json()
         assert settings == {"key_required": False, "max_chars": 123, "max_beam": 8,
-                            "documents": [".docx", ".htm", ".html", ".po", ".pot", ".srt",
-                                          ".txt", ".vtt", ".xlf", ".xliff"],
+                            "documents": [".docx", ".htm", ".html", ".po", ".pot", ".pptx",
+                                          ".srt", ".txt", ".vtt", ".xlf", ".xliff"],
                             "max_document_chars": 500_000}
 
     check_app(tiny_bundle, check, max_chars=123)
@@ -342,10 +342,10 @@ def test_a_file_dropped_on_the_page_comes_back_translated(pairs_server: ServerPr
     assert saved.read_text() == "HELLO WORLD.\n\nSECOND PARAGRAPH.\n"
     assert by_id(driver, "file-status").text == "notes.txt is translated."
     # A file of another kind is refused in words, before any upload.
-    other = tmp_path / "slides.pptx"
+    other = tmp_path / "sheet.xlsx"
     other.write_bytes(b"PK")
     by_id(driver, "file-input").send_keys(str(other))
     wait(driver, lambda d: by_id(d, "error").is_displayed())
     assert by_id(driver, "error").text == (
-        "This service translates .docx, .htm, .html, .po, .pot, .srt, .txt, .vtt, .xlf, .xliff "
-        "files, not .pptx.")
+        "This service translates .docx, .htm, .html, .po, .pot, .pptx, .srt, .txt, .vtt, .xlf, "
+        ".xliff files, not .xlsx.")

@@ -16,7 +16,7 @@ from service.documents import (
     DocumentJob,
     document_kind,
     document_text,
-    docx_text,
+    office_text,
     read_upload,
 )
 from service.pipeline import PipelineError, PipelineRequest
@@ -37,7 +37,7 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
         upload = read_upload(body, content_type)
         kind, media_type = document_kind(upload.filename)
         if kind in BINARY:  # the words, for limits and detection; the file goes as it came
-            text = docx_text(upload.data)
+            text = office_text(kind, upload.data)
             if len(text) > settings.max_document_chars:
                 raise DocumentError(f"The document has {len(text)} characters; at most "
                                     f"{settings.max_document_chars} (MAX_DOCUMENT_CHARS).",
@@ -59,7 +59,7 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     glossary_id = fields.get(glossary) if glossary else None
     # HTML, and XLIFF's sources with their inline codes, keep their markup.
     # HTML, XLIFF's sources and a DOCX paragraph's runs keep their markup.
-    options = TranslateOptions(format="html" if kind in ("html", "xliff", "docx") else "text",
+    options = TranslateOptions(format="html" if kind in ("html", "xliff", *BINARY) else "text",
                                inline_tags=INLINE_TAGS.get(kind, ()))
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,

@@ -333,12 +333,17 @@ def read_docx(data: bytes) -> tuple[Office, list[str]]:
     ``<r i="0">...</r><r i="1">...</r>``, so that a paragraph is translated as one text
     and each run (bold, italic, a link's text) gets back the words the model kept inside
     it (``service.markup``)."""
-    check_zip(data, "DOCX file")
+    return _read_office(data, "DOCX", docx.Document, _docx_paragraphs)
+
+
+def _read_office(data: bytes, what: str, opener: Callable, paragraphs_of: Callable,
+                 ) -> tuple[Office, list[str]]:
+    check_zip(data, f"{what} file")
     try:
-        document = docx.Document(io.BytesIO(data))
-    except Exception as exc:  # python-docx raises many kinds for a broken package
-        raise DocumentError(f"The DOCX file cannot be read: {exc}") from None
-    return _office(document, _docx_paragraphs(document))
+        document = opener(io.BytesIO(data))
+    except Exception as exc:  # python-docx and python-pptx raise many kinds for a bad package
+        raise DocumentError(f"The {what} file cannot be read: {exc}") from None
+    return _office(document, paragraphs_of(document))
 
 
 def _office(document: docx.document.Document | pptx.presentation.Presentation,
@@ -379,12 +384,7 @@ def _pptx_paragraphs(presentation: pptx.presentation.Presentation) -> Iterator:
 def read_pptx(data: bytes) -> tuple[Office, list[str]]:
     """A presentation and, for each paragraph with text, its runs as one fragment (as
     ``read_docx``)."""
-    check_zip(data, "PPTX file")
-    try:
-        presentation = pptx.Presentation(io.BytesIO(data))
-    except Exception as exc:  # python-pptx raises many kinds for a broken package
-        raise DocumentError(f"The PPTX file cannot be read: {exc}") from None
-    return _office(presentation, _pptx_paragraphs(presentation))
+    return _read_office(data, "PPTX", pptx.Presentation, _pptx_paragraphs)
 
 
 _RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')

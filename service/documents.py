@@ -13,7 +13,8 @@ inline codes kept through the markup machinery, written as its target with the s
 reviewer looks for), and Word documents (``.docx``, with python-docx: paragraphs of the
 body, table cells, headers and footers, each paragraph one text with its runs as inline
 tags; the zip checked first) and presentations (``.pptx``, with python-pptx: text frames,
-grouped shapes, table cells, speaker notes, likewise). A text file is
+grouped shapes, table cells, speaker notes, likewise), and EPUB books (``.epub``: the XHTML
+content documents its package lists, as HTML; the rest of the zip as it was). A text file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -51,6 +52,7 @@ import srt
 import webvtt
 from lxml import etree
 
+from service import markup
 from service.translator import Pair, TextResult
 
 FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
@@ -65,8 +67,9 @@ FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".docx": ("docx", "application/vnd.openxmlformats-officedocument."
                              "wordprocessingml.document"),
            ".pptx": ("pptx", "application/vnd.openxmlformats-officedocument."
-                             "presentationml.presentation")}
-BINARY = frozenset({"docx", "pptx"})  # read as bytes, not as UTF-8 text
+                             "presentationml.presentation"),
+           ".epub": ("epub", "application/epub+zip")}
+BINARY = frozenset({"docx", "pptx", "epub"})  # read as bytes, not as UTF-8 text
 # A DOCX is a zip: refused when it would unpack to more than this, or at a ratio above this
 # (a zip bomb), before python-docx opens it.
 MAX_UNPACKED_BYTES, MAX_ZIP_RATIO = 200_000_000, 200
@@ -387,6 +390,63 @@ def read_pptx(data: bytes) -> tuple[Office, list[str]]:
     return _read_office(data, "PPTX", pptx.Presentation, _pptx_paragraphs)
 
 
+_CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
+_OPF = "{http://www.idpf.org/2007/opf}"
+
+
+@dataclass
+class Epub:
+    data: bytes
+    chapters: list[str]  # the XHTML content documents' names in the zip, in spine order
+
+
+def read_epub(data: bytes) -> tuple[Epub, list[str]]:
+    """An EPUB (a zip, checked first) and its XHTML content documents, each one HTML text
+    (``service.markup`` keeps their markup). The package document is found through
+    META-INF/container.xml and read with lxml (no DTD, entities or network)."""
+    check_zip(data, "EPUB file")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            container = etree.fromstring(archive.read("META-INF/container.xml"), _XML)
+            rootfile = container.find(f".//{_CONTAINER}rootfile")
+            if rootfile is None:
+                raise DocumentError("The EPUB file names no package document.")
+            package_path = rootfile.get("full-path", "")
+            package = etree.fromstring(archive.read(package_path), _XML)
+            base = package_path.rsplit("/", 1)[0] + "/" if "/" in package_path else ""
+            items = {item.get("id"): base + (item.get("href") or "")
+                     for item in package.iter(f"{_OPF}item")
+                     if item.get("media-type") == "application/xhtml+xml"}
+            order = [ref.get("idref") for ref in package.iter(f"{_OPF}itemref")]
+            chapters = [items[i] for i in order if i in items]
+            chapters += [name for name in items.values() if name not in chapters]
+            texts = [archive.read(name).decode("utf-8") for name in chapters]
+    except (KeyError, etree.XMLSyntaxError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"The EPUB file cannot be read: {exc}") from None
+    return Epub(data, chapters), texts
+
+
+def write_epub(document: Epub, translations: list[str]) -> bytes:
+    """The EPUB with its content documents translated, every other entry as it was, and
+    ``mimetype`` first and stored, as the format requires."""
+    replaced = dict(zip(document.chapters, translations, strict=True))
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(document.data)) as source, \
+            zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            content = (replaced[info.filename].encode("utf-8") if info.filename in replaced
+                       else source.read(info))
+            kind = zipfile.ZIP_STORED if info.filename == "mimetype" else zipfile.ZIP_DEFLATED
+            target.writestr(info.filename, content, compress_type=kind)
+    return out.getvalue()
+
+
+def epub_text(data: bytes) -> str:
+    """An EPUB's words: its content documents' texts without their markup."""
+    return "\n".join(segment for chapter in read_epub(data)[1]
+                     for segment in markup.parse(chapter).segments)
+
+
 _RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')
 
 
@@ -411,7 +471,9 @@ def write_office(document: Office, translations: list[str]) -> bytes:
 
 
 def office_text(kind: str, data: bytes) -> str:
-    """The words of an office file (for counting and detection), a paragraph a line."""
+    """The words of a binary document (for counting and detection), a paragraph a line."""
+    if kind == "epub":
+        return epub_text(data)
     document = STRUCTURED[kind][0](data)[0]
     return "\n".join("".join(run.text for run in runs) for runs in document.runs)
 
@@ -419,7 +481,8 @@ def office_text(kind: str, data: bytes) -> str:
 # Formats read into texts and written back around their translations.
 STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
               "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff),
-              "docx": (read_docx, write_office), "pptx": (read_pptx, write_office)}
+              "docx": (read_docx, write_office), "pptx": (read_pptx, write_office),
+              "epub": (read_epub, write_epub)}
 
 
 @dataclass

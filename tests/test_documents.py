@@ -345,3 +345,38 @@ def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_pat
     assert runs == [("PRESS ", None), ("ENTER", True)]
     assert translated.shapes[2].table.cell(0, 0).text == "IN A CELL."
     assert translated.notes_slide.notes_text_frame.text == "SPEAKER NOTES."
+
+
+def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
+                                                         tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+
+    chapter = ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
+               'xhtml"><head><title>One</title></head><body><h1>Chapter one</h1>'
+               '<p>It was a <em>dark</em> night.</p></body></html>')
+    package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+               '<manifest><item id="c1" href="text/one.xhtml" media-type="application/xhtml+xml"'
+               '/><item id="css" href="style.css" media-type="text/css"/></manifest>'
+               '<spine><itemref idref="c1"/></spine></package>')
+    container = ('<?xml version="1.0"?><container xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+                 'container" version="1.0"><rootfiles><rootfile full-path="OEBPS/book.opf" '
+                 'media-type="application/oebps-package+xml"/></rootfiles></container>')
+    book = tmp_path / "book.epub"
+    with zipfile.ZipFile(book, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        archive.writestr("META-INF/container.xml", container)
+        archive.writestr("OEBPS/book.opf", package)
+        archive.writestr("OEBPS/text/one.xhtml", chapter)
+        archive.writestr("OEBPS/style.css", "p { margin: 0 }")
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(book, tmp_path / "book.de.epub", target_lang="DE")
+    with zipfile.ZipFile(tmp_path / "book.de.epub") as archive:
+        first = archive.infolist()[0]
+        assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
+        translated = archive.read("OEBPS/text/one.xhtml").decode()
+        assert archive.read("OEBPS/style.css") == b"p { margin: 0 }"
+        assert archive.read("OEBPS/book.opf").decode() == package
+    assert "<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p>" in translated
+    assert translated.startswith('<?xml version="1.0" encoding="utf-8"?>')

@@ -14,7 +14,9 @@ reviewer looks for), and Word documents (``.docx``, with python-docx: paragraphs
 body, table cells, headers and footers, each paragraph one text with its runs as inline
 tags; the zip checked first) and presentations (``.pptx``, with python-pptx: text frames,
 grouped shapes, table cells, speaker notes, likewise), and EPUB books (``.epub``: the XHTML
-content documents its package lists, as HTML; the rest of the zip as it was). A text file is
+content documents its package lists, as HTML; the rest of the zip as it was) and
+OpenDocument text and presentations (``.odt``, ``.odp``: content.xml with lxml, each
+paragraph's spans as inline tags). A text file is
 read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
 multipart/form-data body (the standard library's email parser) with the other form fields.
 
@@ -68,8 +70,10 @@ FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
                              "wordprocessingml.document"),
            ".pptx": ("pptx", "application/vnd.openxmlformats-officedocument."
                              "presentationml.presentation"),
-           ".epub": ("epub", "application/epub+zip")}
-BINARY = frozenset({"docx", "pptx", "epub"})  # read as bytes, not as UTF-8 text
+           ".epub": ("epub", "application/epub+zip"),
+           ".odt": ("odf", "application/vnd.oasis.opendocument.text"),
+           ".odp": ("odf", "application/vnd.oasis.opendocument.presentation")}
+BINARY = frozenset({"docx", "pptx", "epub", "odf"})  # read as bytes, not as UTF-8 text
 # A DOCX is a zip: refused when it would unpack to more than this, or at a ratio above this
 # (a zip bomb), before python-docx opens it.
 MAX_UNPACKED_BYTES, MAX_ZIP_RATIO = 200_000_000, 200
@@ -219,7 +223,7 @@ def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
 # text around them is one sentence (service.markup's inline elements).
 XLIFF_INLINE = ("g", "x", "bx", "ex", "ph", "bpt", "ept", "it", "mrk", "sub", "pc", "sc", "ec")
 # Each kind's inline elements besides HTML's: XLIFF's codes, a DOCX paragraph's runs.
-INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",), "pptx": ("r",)}
+INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",), "pptx": ("r",), "odf": ("t",)}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # A parser that resolves no entity and reads no DTD or network resource.
@@ -429,15 +433,21 @@ def read_epub(data: bytes) -> tuple[Epub, list[str]]:
 def write_epub(document: Epub, translations: list[str]) -> bytes:
     """The EPUB with its content documents translated, every other entry as it was, and
     ``mimetype`` first and stored, as the format requires."""
-    replaced = dict(zip(document.chapters, translations, strict=True))
+    return rezip(document.data, {name: text.encode("utf-8") for name, text in
+                                 zip(document.chapters, translations, strict=True)})
+
+
+def rezip(data: bytes, replaced: dict[str, bytes]) -> bytes:
+    """The zip ``data`` with the entries ``replaced`` names changed, the others as they were,
+    ``mimetype`` (EPUB's, OpenDocument's) first and stored, as those formats require."""
     out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(document.data)) as source, \
+    with zipfile.ZipFile(io.BytesIO(data)) as source, \
             zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
         for info in source.infolist():
-            content = (replaced[info.filename].encode("utf-8") if info.filename in replaced
-                       else source.read(info))
+            content = replaced.get(info.filename)
             kind = zipfile.ZIP_STORED if info.filename == "mimetype" else zipfile.ZIP_DEFLATED
-            target.writestr(info.filename, content, compress_type=kind)
+            target.writestr(info.filename, source.read(info) if content is None else content,
+                            compress_type=kind)
     return out.getvalue()
 
 
@@ -445,6 +455,78 @@ def epub_text(data: bytes) -> str:
     """An EPUB's words: its content documents' texts without their markup."""
     return "\n".join(segment for chapter in read_epub(data)[1]
                      for segment in markup.parse(chapter).segments)
+
+
+_ODF_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+_ODF_PARAGRAPHS = (f"{{{_ODF_TEXT}}}p", f"{{{_ODF_TEXT}}}h")
+
+
+@dataclass
+class Odf:
+    data: bytes
+    content: etree._Element  # content.xml's root
+    paragraphs: list[etree._Element]  # those translated, in order
+    inline: list[list[etree._Element]]  # each paragraph's inline elements, in document order
+
+
+def read_odf(data: bytes) -> tuple[Odf, list[str]]:
+    """An OpenDocument text or presentation (a zip, checked first; content.xml read with
+    lxml, no DTD or entities) and each paragraph or heading with text as one fragment: its
+    inline elements (spans, links, spaces, tabs, line breaks) as ``<t i="k">`` tags, so the
+    paragraph is one text and each span gets back the words the model kept inside it.
+    Paragraphs holding other paragraphs (a footnote's) are left as they are."""
+    check_zip(data, "OpenDocument file")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            content = etree.fromstring(archive.read("content.xml"), _XML)
+    except (KeyError, etree.XMLSyntaxError) as exc:
+        raise DocumentError(f"The OpenDocument file cannot be read: {exc}") from None
+    paragraphs, inline, texts = [], [], []
+    for paragraph in content.iter(*_ODF_PARAGRAPHS):
+        if any(True for _ in paragraph.iterdescendants(*_ODF_PARAGRAPHS)):
+            continue
+        if not "".join(paragraph.itertext()).strip():
+            continue
+        elements = list(paragraph.iterdescendants())
+        paragraphs.append(paragraph)
+        inline.append(elements)
+        texts.append(_odf_fragment(paragraph, {id(e): i for i, e in enumerate(elements)}))
+    return Odf(data, content, paragraphs, inline), texts
+
+
+def _odf_fragment(element: etree._Element, index: dict[int, int]) -> str:
+    parts = [html.escape(element.text or "", quote=False)]
+    for child in element:
+        if isinstance(child.tag, str):
+            inner = _odf_fragment(child, index)
+            k = index[id(child)]
+            parts.append(f'<t i="{k}">{inner}</t>' if inner else f'<t i="{k}"/>')
+        parts.append(html.escape(child.tail or "", quote=False))
+    return "".join(parts)
+
+
+def write_odf(document: Odf, translations: list[str]) -> bytes:
+    """content.xml with each paragraph's content rebuilt from its translation (its own
+    inline elements, attributes and all, around the words the model put in them); the
+    rest of the zip as it was, mimetype first and stored."""
+    for paragraph, elements, translation in zip(document.paragraphs, document.inline,
+                                                translations, strict=True):
+        built = etree.fromstring(f"<w>{translation}</w>", _XML)
+        for child in list(paragraph):
+            paragraph.remove(child)
+        _odf_rebuild(paragraph, built, elements)
+    return rezip(document.data, {"content.xml": etree.tostring(
+        document.content, encoding="UTF-8", xml_declaration=True)})
+
+
+def _odf_rebuild(target: etree._Element, built: etree._Element,
+                 elements: list[etree._Element]) -> None:
+    target.text = built.text
+    for tag in built:
+        original = elements[int(tag.get("i"))]
+        copy = etree.SubElement(target, original.tag, attrib=dict(original.attrib))
+        _odf_rebuild(copy, tag, elements)
+        copy.tail = tag.tail
 
 
 _RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')
@@ -474,6 +556,8 @@ def office_text(kind: str, data: bytes) -> str:
     """The words of a binary document (for counting and detection), a paragraph a line."""
     if kind == "epub":
         return epub_text(data)
+    if kind == "odf":
+        return "\n".join("".join(p.itertext()) for p in read_odf(data)[0].paragraphs)
     document = STRUCTURED[kind][0](data)[0]
     return "\n".join("".join(run.text for run in runs) for runs in document.runs)
 
@@ -482,7 +566,7 @@ def office_text(kind: str, data: bytes) -> str:
 STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
               "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff),
               "docx": (read_docx, write_office), "pptx": (read_pptx, write_office),
-              "epub": (read_epub, write_epub)}
+              "epub": (read_epub, write_epub), "odf": (read_odf, write_odf)}
 
 
 @dataclass

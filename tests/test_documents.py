@@ -380,3 +380,35 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         assert archive.read("OEBPS/book.opf").decode() == package
     assert "<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p>" in translated
     assert translated.startswith('<?xml version="1.0" encoding="utf-8"?>')
+
+
+ODT_CONTENT = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content '
+    'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+    'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" office:version="1.2">'
+    '<office:body><office:text><text:h text:outline-level="1">A title</text:h>'
+    '<text:p>Press <text:span text:style-name="Bold">Enter</text:span><text:s/>now.</text:p>'
+    '</office:text></office:body></office:document-content>')
+
+
+def test_opendocument_text_keeps_its_spans(server: ServerProcess, tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+
+    document = tmp_path / "letter.odt"
+    with zipfile.ZipFile(document, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text",
+                         compress_type=zipfile.ZIP_STORED)
+        archive.writestr("content.xml", ODT_CONTENT)
+        archive.writestr("styles.xml", "<styles/>")
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(document, tmp_path / "letter.de.odt",
+                                            target_lang="DE")
+    with zipfile.ZipFile(tmp_path / "letter.de.odt") as archive:
+        assert archive.infolist()[0].filename == "mimetype"
+        content = archive.read("content.xml").decode()
+        assert archive.read("styles.xml") == b"<styles/>"
+    assert '<text:h text:outline-level="1">A TITLE</text:h>' in content
+    assert ('<text:p>PRESS <text:span text:style-name="Bold">ENTER</text:span><text:s/>NOW.'
+            '</text:p>') in content

@@ -325,3 +325,17 @@ def test_a_split_is_found_plain_or_compressed(tmp_path):
     assert split_file(tmp_path, "train") == tmp_path / "train.tsv.xz"
     (tmp_path / "train.tsv").write_text("Hi.\tHi.\n", encoding="utf-8")
     assert split_file(tmp_path, "train") == tmp_path / "train.tsv"  # the plain file wins
+
+
+def test_a_checkpoint_from_before_a_model_field_existed_continues() -> None:
+    """A checkpoint saved before a field was added to ModelConfig (its default is what it was
+    trained with) can be resumed or continued: the shapes compare with defaults filled in."""
+    import dataclasses
+
+    from training.config import ModelConfig
+    from training.train import _shape
+
+    current = dataclasses.asdict(ModelConfig.preset("tiny"))
+    older = {k: v for k, v in current.items() if k != "max_relative_positions"}
+    assert _shape(older) == _shape(current)
+    assert _shape({**older, "d_model": 32}) != _shape(current)

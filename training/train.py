@@ -46,7 +46,7 @@ from training.batching import (
     make_batches,
     split_file,
 )
-from training.config import BOS_ID, EOS_ID, PAD_ID, Config
+from training.config import BOS_ID, EOS_ID, PAD_ID, Config, ModelConfig
 from training.model import Transformer
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,10 @@ REWARM_STEPS = 200
 
 def _shape(model_config: dict[str, Any]) -> dict[str, Any]:
     """A model config without its training-only settings: a run may continue another's weights
-    with a different dropout (the recipe comparisons in docs/en-de-baseline.md do)."""
-    return {key: value for key, value in model_config.items() if key != "dropout"}
+    with a different dropout (the recipe comparisons in docs/en-de-baseline.md do). Fields a
+    checkpoint predates take their defaults, which are what it was trained with."""
+    complete = dataclasses.asdict(ModelConfig(**model_config))
+    return {key: value for key, value in complete.items() if key != "dropout"}
 
 
 def init_model(config: Config) -> Transformer:

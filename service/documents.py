@@ -625,30 +625,26 @@ class DocumentJobs:
     async def _run(self, job: DocumentJob, text: str | bytes, translate: Translate) -> None:
         job.status = TRANSLATING
         try:
-            if job.kind in BINARY:
-                assert isinstance(text, bytes)
-                read_binary, write_binary = STRUCTURED[job.kind]
-                document, texts = read_binary(text)
-                results = await translate(texts) if texts else []
-                job.result = write_binary(document, [result.text for result in results])
-                job.status = DONE
-                return
-            assert isinstance(text, str)
-            if job.kind == "html":
-                translated = (await translate([text]))[0].text
-            elif job.kind in STRUCTURED:
+            translated: str | bytes
+            if job.kind in STRUCTURED:  # read into texts, written back around them
                 read, write = STRUCTURED[job.kind]
                 document, texts = read(text)
                 results = await translate(texts) if texts else []
                 translated = write(document, [result.text for result in results])
+            elif job.kind == "html":
+                assert isinstance(text, str)
+                translated = (await translate([text]))[0].text
             else:
+                assert isinstance(text, str)
                 pieces, separators = paragraphs(text)
                 results = await translate(pieces)
                 parts = [results[0].text]
                 for separator, result in zip(separators, results[1:], strict=True):
                     parts += [separator, result.text]
                 translated = "".join(parts)
-            job.result = translated.encode("utf-8")
+            # Office files and EPUB are written as bytes, the text formats as text.
+            job.result = (translated if isinstance(translated, bytes)
+                          else translated.encode("utf-8"))
             job.status = DONE
         except asyncio.CancelledError:
             job.status, job.error = ERROR, "The service stopped before the translation ended."

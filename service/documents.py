@@ -2,7 +2,8 @@
 so the same continuous batching) as everyone's texts, and downloaded once done.
 
 Formats: plain text (``.txt``: its paragraphs, blank-line separated, translated with their
-layout kept), HTML (``.html``, ``.htm``: the markup kept, ``service.markup``), gettext
+layout kept), HTML (``.html``, ``.htm``: the markup kept, ``service.markup``), Markdown
+(``.md``, ``.markdown``: ``service.markdown``), gettext
 catalogues (``.po``, ``.pot``, read and written with polib: each untranslated message and its
 plural translated, marked fuzzy for a human to review; messages already translated, the
 header, contexts, comments and flags kept) and subtitles (SubRip ``.srt`` with the srt
@@ -55,11 +56,14 @@ import webvtt
 from lxml import etree
 
 from service import markup
+from service.markdown import read_markdown, write_markdown
 from service.translator import Pair, TextResult
 
 FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
            ".html": ("html", "text/html; charset=utf-8"),
            ".htm": ("html", "text/html; charset=utf-8"),
+           ".md": ("markdown", "text/markdown; charset=utf-8"),
+           ".markdown": ("markdown", "text/markdown; charset=utf-8"),
            ".po": ("po", "text/x-gettext-translation; charset=utf-8"),
            ".pot": ("po", "text/x-gettext-translation; charset=utf-8"),
            ".srt": ("srt", "application/x-subrip; charset=utf-8"),
@@ -566,7 +570,8 @@ def office_text(kind: str, data: bytes) -> str:
 STRUCTURED = {"po": (read_po, write_po), "srt": (read_srt, write_srt),
               "vtt": (read_vtt, write_vtt), "xliff": (read_xliff, write_xliff),
               "docx": (read_docx, write_office), "pptx": (read_pptx, write_office),
-              "epub": (read_epub, write_epub), "odf": (read_odf, write_odf)}
+              "epub": (read_epub, write_epub), "odf": (read_odf, write_odf),
+              "markdown": (read_markdown, write_markdown)}
 
 
 @dataclass

@@ -216,6 +216,21 @@ LAUGHS = """<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "ha"><!ENTITY b "&a;&a;
 <source>&b;</source></trans-unit></body></file></xliff>"""
 
 
+def translated_file(server: ServerProcess, name: str, content: str) -> str:
+    """A document translated through the service's own document API."""
+    headers = {"Authorization": "Bearer k1"}
+    accepted = httpx.post(server.url + "/translate/document", headers=headers,
+                          data={"target_lang": "de"},
+                          files={"file": (name, content.encode())}).json()
+    url = f"{server.url}/translate/document/{accepted['document_id']}"
+    key = {"document_key": accepted["document_key"]}
+    for _ in range(200):
+        if httpx.get(url, params=key, headers=headers).json()["status"] == "done":
+            break
+        time.sleep(0.05)
+    return httpx.get(url + "/result", params=key, headers=headers).text
+
+
 def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) -> None:
     import polib
     import srt
@@ -223,16 +238,7 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
     headers = {"Authorization": "Bearer k1"}
 
     def translated(name: str, content: str) -> str:
-        accepted = httpx.post(server.url + "/translate/document", headers=headers,
-                              data={"target_lang": "de"},
-                              files={"file": (name, content.encode())}).json()
-        url = f"{server.url}/translate/document/{accepted['document_id']}"
-        key = {"document_key": accepted["document_key"]}
-        for _ in range(200):
-            if httpx.get(url, params=key, headers=headers).json()["status"] == "done":
-                break
-            time.sleep(0.05)
-        return httpx.get(url + "/result", params=key, headers=headers).text
+        return translated_file(server, name, content)
 
     catalogue = polib.pofile(translated("app.po", PO))
     assert catalogue.metadata["Plural-Forms"] == "nplurals=2; plural=(n != 1);"
@@ -412,3 +418,31 @@ def test_opendocument_text_keeps_its_spans(server: ServerProcess, tmp_path: Path
     assert '<text:h text:outline-level="1">A TITLE</text:h>' in content
     assert ('<text:p>PRESS <text:span text:style-name="Bold">ENTER</text:span><text:s/>NOW.'
             '</text:p>') in content
+
+
+def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProcess) -> None:
+    from markdown_it import MarkdownIt
+
+    source = (Path(__file__).parent / "fixtures" / "documents" / "guide.md").read_text()
+    out = translated_file(server, "guide.md", source)
+    assert out.startswith("---\ntitle: Getting started\ntags: [intro]\n---\n")  # untouched
+    # A sentence across a link, emphasis and a code span is one text; the link's address and
+    # title, the code and the autolinks come back as they were.
+    assert ('RUN THE COMMAND BELOW, THEN OPEN [THE PAGE](http://localhost:8000 "Home") IN A '
+            "**BROWSER**. IT TAKES `make serve` AND ABOUT A MINUTE.") in out
+    assert "# INSTALL THE *SERVER*" in out and "## NEXT STEPS WITH `translate-keys`" in out
+    assert "- FIRST ITEM WITH ~~OLD~~ TEXT" in out
+    assert "> A QUOTED LINE THAT CONTINUES." in out
+    assert "| `id` | THE *IDENTIFIER* OF A ROW |" in out
+    assert '```python\nprint("not translated")\n```' in out
+    assert "1. ONE\n2. TWO ![a cat](cat.png)" in out
+    assert '<div class="note">RAW HTML BLOCK</div>' in out
+    assert "VISIT https://example.com OR WRITE TO <info@example.com>." in out
+    # Text that Markdown would read as syntax is escaped again; the reference stays one.
+    assert "A LITERAL \\*STAR\\*, 1 < 2 AND A [REFERENCE LINK][manual]." in out
+    assert '[manual]: https://example.com/manual "Manual"' in out
+
+    def blocks(text: str) -> list[str]:
+        return [token.type for token in MarkdownIt("commonmark").enable("table").parse(text)]
+
+    assert blocks(out) == blocks(source)  # the same structure, block for block

@@ -57,9 +57,10 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     given = fields.get(source, "").strip()
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
-    # HTML, and XLIFF's sources with their inline codes, keep their markup.
-    # HTML, XLIFF's sources and a DOCX paragraph's runs keep their markup.
-    options = TranslateOptions(format="html" if kind in ("html", "xliff", *BINARY) else "text",
+    # HTML, XLIFF's sources, Markdown's inlines and an office paragraph's runs keep their
+    # markup.
+    marked = ("html", "xliff", "markdown", *BINARY)
+    options = TranslateOptions(format="html" if kind in marked else "text",
                                inline_tags=INLINE_TAGS.get(kind, ()))
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,

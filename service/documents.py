@@ -3,23 +3,23 @@ so the same continuous batching) as everyone's texts, and downloaded once done.
 
 Formats: plain text (``.txt``: its paragraphs, blank-line separated, translated with their
 layout kept), HTML (``.html``, ``.htm``: the markup kept, ``service.markup``), Markdown
-(``.md``, ``.markdown``: ``service.markdown``), gettext
-catalogues (``.po``, ``.pot``, read and written with polib: each untranslated message and its
-plural translated, marked fuzzy for a human to review; messages already translated, the
-header, contexts, comments and flags kept) and subtitles (SubRip ``.srt`` with the srt
-library, WebVTT ``.vtt`` with webvtt-py: numbering, identifiers, timing, cue settings and
-notes kept, each subtitle's lines translated together) and XLIFF 1.2 and 2.0 (``.xlf``,
-``.xliff``, with lxml, no DTD or entity accepted: each source without a translation, its
-inline codes kept through the markup machinery, written as its target with the state a
-reviewer looks for), and Word documents (``.docx``, with python-docx: paragraphs of the
-body, table cells, headers and footers, each paragraph one text with its runs as inline
-tags; the zip checked first) and presentations (``.pptx``, with python-pptx: text frames,
-grouped shapes, table cells, speaker notes, likewise), and EPUB books (``.epub``: the XHTML
-content documents its package lists, as HTML; the rest of the zip as it was) and
-OpenDocument text and presentations (``.odt``, ``.odp``: content.xml with lxml, each
-paragraph's spans as inline tags). A text file is
-read as UTF-8 (a byte-order mark allowed). ``read_upload`` takes the file out of a
-multipart/form-data body (the standard library's email parser) with the other form fields.
+(``.md``, ``.markdown``: ``service.markdown``), gettext catalogues (``.po``, ``.pot``, read
+and written with polib: each untranslated message and its plural translated, marked fuzzy
+for a human to review; messages already translated, the header, contexts, comments and flags
+kept) and subtitles (SubRip ``.srt`` with the srt library, WebVTT ``.vtt`` with webvtt-py:
+numbering, identifiers, timing, cue settings and notes kept, each subtitle's lines
+translated together) and XLIFF 1.2 and 2.0 (``.xlf``, ``.xliff``, with lxml, no DTD or
+entity accepted: each source without a translation, its inline codes kept through the markup
+machinery, written as its target with the state a reviewer looks for), and Word documents
+(``.docx``, with python-docx: paragraphs of the body, table cells, headers and footers,
+footnotes and endnotes, each paragraph one text with its runs as inline tags; the zip
+checked first) and presentations (``.pptx``, with python-pptx: text frames, grouped shapes,
+table cells, speaker notes, likewise), and EPUB books (``.epub``: the XHTML content
+documents its package lists, as HTML; the rest of the zip as it was) and OpenDocument text
+and presentations (``.odt``, ``.odp``: content.xml with lxml, each paragraph's spans as
+inline tags). A text file is read as UTF-8 (a byte-order mark allowed). ``read_upload``
+takes the file out of a multipart/form-data body (the standard library's email parser) with
+the other form fields.
 
 Jobs (``DocumentJobs``) live in the process, at most MAX_DOCUMENTS at once, each kept
 DOCUMENT_TTL_S after it finished, and deleted once downloaded. Each has a ``document_key``, a
@@ -45,6 +45,9 @@ from pathlib import PurePath
 
 import docx
 import docx.document
+import docx.opc.constants
+import docx.opc.part
+import docx.oxml.ns
 import docx.text.paragraph
 import docx.text.run
 import polib
@@ -313,6 +316,14 @@ def check_zip(data: bytes, what: str) -> None:
                             "refused as a zip bomb.")
 
 
+# python-docx has no API for footnotes and endnotes; loaded as XML parts (its documented
+# extension point), their paragraphs are read and written as the body's, and saved with it.
+_NOTES = (docx.opc.constants.CONTENT_TYPE.WML_FOOTNOTES,
+          docx.opc.constants.CONTENT_TYPE.WML_ENDNOTES)
+for _content_type in _NOTES:
+    docx.opc.part.PartFactory.part_type_for.setdefault(_content_type, docx.opc.part.XmlPart)
+
+
 @dataclass
 class Office:
     """A Word document or a presentation, and the runs of each paragraph translated."""
@@ -322,8 +333,8 @@ class Office:
 
 
 def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.paragraph.Paragraph]:
-    """The body's paragraphs, those of its tables' cells (each merged cell once), and of the
-    sections' headers and footers (each shared one once)."""
+    """The body's paragraphs, those of its tables' cells (each merged cell once), of the
+    sections' headers and footers (each shared one once), and of footnotes and endnotes."""
     yield from document.paragraphs
     seen: set[int] = set()
     for table in document.tables:
@@ -337,6 +348,10 @@ def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.par
             if not part.is_linked_to_previous and id(part._element) not in seen:
                 seen.add(id(part._element))
                 yield from part.paragraphs
+    for related in document.part.package.iter_parts():
+        if related.content_type in _NOTES and isinstance(related, docx.opc.part.XmlPart):
+            for element in related.element.iter(docx.oxml.ns.qn("w:p")):
+                yield docx.text.paragraph.Paragraph(element, related)
 
 
 def read_docx(data: bytes) -> tuple[Office, list[str]]:

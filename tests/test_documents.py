@@ -293,7 +293,36 @@ def word_document(path: Path) -> Path:
     table.cell(0, 1).text = "Second cell."
     document.sections[0].header.paragraphs[0].text = "Header text."
     document.save(path)
+    with_footnote(path, "A note at the foot.")
     return path
+
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+
+
+def with_footnote(path: Path, note: str) -> None:
+    """A footnote added to a DOCX as Word writes one (python-docx cannot): the footnotes
+    part, its relationship and content type, and a reference in the first paragraph."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    parts["word/footnotes.xml"] = (
+        f'<w:footnotes xmlns:w="{W}"><w:footnote w:type="separator" w:id="-1"><w:p><w:r>'
+        f'<w:separator/></w:r></w:p></w:footnote><w:footnote w:id="1"><w:p><w:r><w:t>{note}'
+        "</w:t></w:r></w:p></w:footnote></w:footnotes>").encode()
+    parts["word/_rels/document.xml.rels"] = parts["word/_rels/document.xml.rels"].replace(
+        b"</Relationships>", b'<Relationship Id="rIdNotes" Type="http://schemas.openxmlformats'
+        b'.org/officeDocument/2006/relationships/footnotes" Target="footnotes.xml"/>'
+        b"</Relationships>")
+    parts["[Content_Types].xml"] = parts["[Content_Types].xml"].replace(
+        b"</Types>", b'<Override PartName="/word/footnotes.xml" ContentType="application/vnd.'
+        b'openxmlformats-officedocument.wordprocessingml.footnotes+xml"/></Types>')
+    parts["word/document.xml"] = parts["word/document.xml"].replace(
+        b"</w:p>", b'<w:r><w:footnoteReference w:id="1"/></w:r></w:p>', 1)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
 
 
 def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
@@ -309,11 +338,15 @@ def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
     client.translate_document_from_filepath(source, tmp_path / "report.de.docx",
                                             target_lang="DE")
     translated = docx.Document(tmp_path / "report.de.docx")
-    runs = [(run.text, run.bold) for run in translated.paragraphs[0].runs]
+    runs = [(run.text, run.bold) for run in translated.paragraphs[0].runs if run.text]
     assert runs == [("CLICK ", None), ("SAVE", True), (" TO KEEP THE FILE.", None)]
     assert [c.text for c in translated.tables[0].rows[0].cells] == ["FIRST CELL.",
                                                                     "SECOND CELL."]
     assert translated.sections[0].header.paragraphs[0].text == "HEADER TEXT."
+    with zipfile.ZipFile(tmp_path / "report.de.docx") as archive:
+        notes = archive.read("word/footnotes.xml").decode()
+        assert "A NOTE AT THE FOOT." in notes and "<w:separator/>" in notes
+        assert 'w:footnoteReference w:id="1"' in archive.read("word/document.xml").decode()
     # Refused by name: an encrypted file (an OLE container), a corrupt zip, a zip bomb.
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:

@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make serve   installs the service and serves the default model on port 8000
-#   make test    installs everything (training, dev tools, the browser the page's tests
-#                drive) and runs lint + the test suite
+#   make test    installs everything (training, dev tools, the browser and the Redis the
+#                tests drive) and runs lint + the test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -28,7 +28,7 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 
 test: lint
-	bash scripts/install-browser.sh
+	bash scripts/install-test-tools.sh
 	$(BIN)/python -m pytest
 
 smoke:

@@ -1,6 +1,6 @@
 """Debian's Chromium driven through its WebDriver (``chromedriver``) with selenium, for the
 page's tests (tests/test_page.py) and its latency script (bench/page.py). Installed by
-``scripts/install-browser.sh`` (``.ci/run`` calls it); ``missing()`` says what is absent."""
+``scripts/install-test-tools.sh`` (``.ci/run`` calls it); ``missing()`` says what is absent."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def missing() -> str | None:
     """Why no browser can be driven here, or None when one can."""
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if shutil.which(path) is None:
-            return f"{path} not found: install Debian's {package} (scripts/install-browser.sh)"
+            return f"{path} not found: install Debian's {package} (scripts/install-test-tools.sh)"
     try:
         import selenium  # noqa: F401
     except ImportError:

@@ -40,8 +40,8 @@ def test_the_page_is_served_with_a_policy_that_keeps_it_to_this_server(
         assert (await client.get("/page/nothing.js")).status_code == 404
         settings = (await client.get("/page/settings")).json()
         assert settings == {"key_required": False, "max_chars": 123, "max_beam": 8,
-                            "documents": [".docx", ".epub", ".htm", ".html", ".odp", ".odt",
-                                          ".po", ".pot", ".pptx", ".srt", ".txt", ".vtt",
+                            "documents": [".docx", ".epub", ".htm", ".html", ".markdown",
+                                          ".md", ".odp", ".odt", ".po", ".pot", ".pptx", ".srt", ".txt", ".vtt",
                                           ".xlf", ".xliff"],
                             "max_document_chars": 500_000}
 
@@ -348,5 +348,5 @@ def test_a_file_dropped_on_the_page_comes_back_translated(pairs_server: ServerPr
     by_id(driver, "file-input").send_keys(str(other))
     wait(driver, lambda d: by_id(d, "error").is_displayed())
     assert by_id(driver, "error").text == (
-        "This service translates .docx, .epub, .htm, .html, .odp, .odt, .po, .pot, .pptx, .srt, "
-        ".txt, .vtt, .xlf, .xliff files, not .xlsx.")
+        "This service translates .docx, .epub, .htm, .html, .markdown, .md, .odp, .odt, .po, "
+        ".pot, .pptx, .srt, .txt, .vtt, .xlf, .xliff files, not .xlsx.")

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.metrics import ASGIApp, Message, Receive, Scope, Send
+from service.shared_state import StoreDown
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,13 @@ def install_error_handlers(app: FastAPI, shapes: Mapping[str, str] | None = None
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         return respond(request, ApiError(exc.status_code, code, message, headers=exc.headers))
+
+    @app.exception_handler(StoreDown)
+    async def _store_down(request: Request, exc: StoreDown) -> JSONResponse:
+        # What lives only in the shared store (a glossary, another replica's document).
+        return respond(request, ApiError(
+            503, "unavailable", "The shared state store (STATE_URL) does not answer; retry "
+            "later.", headers={"Retry-After": str(exc.retry_after)}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

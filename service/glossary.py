@@ -1,5 +1,6 @@
 """Glossaries: terms a translation must use, kept in a SQLite file so that they outlive the
-process (``GlossaryStore``), and applied to a text by ``Terms``.
+process (``GlossaryStore``) or, with STATE_URL, in Redis for every replica
+(``SharedGlossaryStore``), and applied to a text by ``Terms``.
 
 A glossary holds dictionaries, each of entries source term -> target term for one language
 pair (DeepL's v2 glossaries have one, its v3 "multilingual" ones several). Entries are read
@@ -19,6 +20,7 @@ source term has capitals beyond its first letter matches that case only, so "US"
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import sqlite3
@@ -29,7 +31,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import redis.asyncio
 import regex
+
+from service.shared_state import PREFIX, StateStore
 
 FORMATS = ("tsv", "csv")
 SCHEMA_VERSION = 1  # the glossaries table's layout (PRAGMA user_version)
@@ -130,7 +135,7 @@ class GlossaryStore:
                 "dictionaries TEXT NOT NULL)")
             self._db.execute("CREATE INDEX IF NOT EXISTS by_owner ON glossaries (owner)")
 
-    def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
+    async def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
                owner: str = "") -> Glossary:
         glossary = Glossary(str(uuid.uuid4()), name, dict(dictionaries),
                             datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -141,7 +146,7 @@ class GlossaryStore:
                 _dump(glossary.dictionaries)))
         return glossary
 
-    def save(self, glossary: Glossary) -> Glossary:
+    async def save(self, glossary: Glossary) -> Glossary:
         """Store a changed name or dictionaries of an existing glossary."""
         with self._lock:
             self._db.execute(
@@ -150,35 +155,119 @@ class GlossaryStore:
                               glossary.glossary_id, glossary.owner))
         return glossary
 
-    def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
+    async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
                 "WHERE glossary_id = ? AND owner = ?", (glossary_id, owner)).fetchone()
         return None if row is None else _glossary(row)
 
-    def list(self, owner: str = "") -> list[Glossary]:
+    async def list(self, owner: str = "") -> list[Glossary]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
                 "WHERE owner = ? ORDER BY creation_time", (owner,)).fetchall()
         return [_glossary(row) for row in rows]
 
-    def count(self, owner: str = "") -> int:
+    async def count(self, owner: str = "") -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM glossaries WHERE owner = ?",
                                     (owner,)).fetchone()[0]
 
-    def delete(self, glossary_id: str, owner: str = "") -> bool:
+    async def delete(self, glossary_id: str, owner: str = "") -> bool:
         with self._lock:
             cursor = self._db.execute(
                 "DELETE FROM glossaries WHERE glossary_id = ? AND owner = ?",
                 (glossary_id, owner))
         return cursor.rowcount > 0
 
-    def close(self) -> None:
+    async def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class SharedGlossaryStore:
+    """Glossaries in the shared state store (``service.shared_state``), each a JSON value,
+    with a set of ids per owner; what ``GlossaryStore`` does, for every replica. A store
+    that does not answer raises StoreDown (the APIs answer 503)."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    @staticmethod
+    def _name(glossary_id: str) -> str:
+        return f"{PREFIX}glossary:{glossary_id}"
+
+    @staticmethod
+    def _owned(owner: str) -> str:
+        return f"{PREFIX}glossaries:{hashlib.sha256(owner.encode()).hexdigest()[:32]}"
+
+    async def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
+                     owner: str = "") -> Glossary:
+        glossary = Glossary(str(uuid.uuid4()), name, dict(dictionaries),
+                            datetime.now(UTC).isoformat(timespec="milliseconds")
+                            .replace("+00:00", "Z"), owner)
+        value = _record(glossary)
+
+        async def write(r: redis.asyncio.Redis) -> None:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.set(self._name(glossary.glossary_id), value)
+                pipe.sadd(self._owned(owner), glossary.glossary_id)
+                await pipe.execute()
+
+        await self.store.run(write)
+        return glossary
+
+    async def save(self, glossary: Glossary) -> Glossary:
+        if await self.get(glossary.glossary_id, glossary.owner) is not None:
+            await self.store.run(lambda r: r.set(self._name(glossary.glossary_id),
+                                                 _record(glossary), xx=True))
+        return glossary
+
+    async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
+        value = await self.store.run(lambda r: r.get(self._name(glossary_id)))
+        glossary = None if value is None else _from_record(value)
+        return glossary if glossary is not None and glossary.owner == owner else None
+
+    async def list(self, owner: str = "") -> list[Glossary]:
+        ids = sorted(await self.store.run(lambda r: r.smembers(self._owned(owner))))
+        if not ids:
+            return []
+        values = await self.store.run(lambda r: r.mget([self._name(i.decode()) for i in ids]))
+        found = [_from_record(value) for value in values if value is not None]
+        return sorted((g for g in found if g.owner == owner), key=lambda g: g.creation_time)
+
+    async def count(self, owner: str = "") -> int:
+        return int(await self.store.run(lambda r: r.scard(self._owned(owner))))
+
+    async def delete(self, glossary_id: str, owner: str = "") -> bool:
+        if await self.get(glossary_id, owner) is None:
+            return False
+
+        async def remove(r: redis.asyncio.Redis) -> None:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.delete(self._name(glossary_id))
+                pipe.srem(self._owned(owner), glossary_id)
+                await pipe.execute()
+
+        await self.store.run(remove)
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+def _record(glossary: Glossary) -> str:
+    return json.dumps({"glossary_id": glossary.glossary_id, "name": glossary.name,
+                       "dictionaries": json.loads(_dump(glossary.dictionaries)),
+                       "creation_time": glossary.creation_time, "owner": glossary.owner},
+                      ensure_ascii=False)
+
+
+def _from_record(value: bytes) -> Glossary:
+    record = json.loads(value)
+    return _glossary((record["glossary_id"], record["name"], json.dumps(record["dictionaries"]),
+                      record["creation_time"], record["owner"]))
 
 
 def _dump(dictionaries: dict[Pair, dict[str, str]]) -> str:

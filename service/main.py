@@ -37,6 +37,7 @@ from service.connections import (
 from service.errors import CancelledRequestMiddleware, install_error_handlers
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
+from service.sentence_cache import SharedTier
 from service.settings import Settings, settings_from_args
 from service.state import ServiceState
 from service.translator import Translator, pair_label
@@ -55,6 +56,9 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         translator = await asyncio.to_thread(Translator.load, state.settings, factory,
                                              state.metrics)
         state.translator = translator
+        if state.store is not None and state.settings.shared_cache_entries:
+            translator.shared_cache = SharedTier(state.store, state.settings.shared_cache_entries,
+                                                 state.settings.shared_cache_ttl_s, state.metrics)
         await translator.warm_up()
     except Exception as exc:
         log.exception("loading the models failed")
@@ -74,11 +78,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.open_keys()  # before the first request: a managed key works at once
+        keys_fresh = asyncio.create_task(state.keys.keep_fresh())
         loading = asyncio.create_task(start_serving(state, engine_factory))
         state.loop_lag.start()
         try:
             yield
         finally:
+            keys_fresh.cancel()
             await state.loop_lag.stop()
             state.begin_shutdown()  # a no-op when the stop signal already began it
             if not loading.done():
@@ -89,6 +96,8 @@ def create_app(
             if draining is not None and not await draining:
                 log.warning("shutdown grace period over; unfinished requests got 503")
             await state.documents.close()  # documents still translating end as errors
+            if state.store is not None:
+                await state.store.close()
 
     app = FastAPI(
         title="Translation service",

@@ -118,6 +118,23 @@ class Metrics:
         self.sentence_cache_entries = Gauge(
             "translate_sentence_cache_entries", "Sentences in the cache.", registry=r
         )
+        # The state replicas share (service.shared_state, STATE_URL).
+        self.state_store_up = Gauge(
+            "translate_state_store_up", "1 while STATE_URL answers, 0 while limits and cache "
+            "fall back to this process.", registry=r
+        )
+        self.state_store_errors = Counter(
+            "translate_state_store_errors", "Calls to STATE_URL that failed or timed out.",
+            registry=r
+        )
+        self.shared_cache_hits = Counter(
+            "translate_shared_cache_hits", "Sentences found in the replicas' cache tier.",
+            registry=r
+        )
+        self.shared_cache_misses = Counter(
+            "translate_shared_cache_misses", "Sentences looked up there and not found.",
+            registry=r
+        )
         self.worker_failures = Counter(
             "translate_worker_failures",
             "Worker threads that died; each is replaced, up to a limit (see service.scheduler).",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
 import itertools
 import os
 import re
@@ -28,7 +27,8 @@ from typing import TypeVar
 from fastapi import Request
 
 from service.documents import DocumentJob
-from service.glossary import GlossaryError, GlossaryStore, Terms, valid_id
+from service.glossary import GlossaryError, GlossaryStore, SharedGlossaryStore, Terms, valid_id
+from service.keys import digest
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
@@ -143,18 +143,16 @@ def shed_when_behind(state: ServiceState) -> None:
 
 
 def check_key(state: ServiceState, http: Request, key: str) -> None:
-    """``key`` against API_KEYS, when any are set. An address that sent FAILED_KEYS_PER_MINUTE
-    wrong or missing keys is refused without its key being compared, until its allowance
-    refills: a guesser learns nothing faster than that."""
-    keys = state.settings.api_keys
-    if not keys:
+    """``key`` against the known keys (``service.keys``), when the service asks for keys. An
+    address that sent FAILED_KEYS_PER_MINUTE wrong or missing keys is refused without its key
+    being compared, until its allowance refills: a guesser learns nothing faster than that."""
+    if not state.keys.required:
         return
     address = http.client.host if http.client else ""
     if wait := state.failed_keys.wait(address):
         raise PipelineError("too_many_failed_keys", "Too many requests with a wrong or missing "
                             "API key from this address; retry later.", retry_after=wait)
-    # compare_digest against every key: the time taken says nothing about which key is close.
-    if key and any([hmac.compare_digest(key.encode(), k.encode()) for k in keys]):
+    if key and state.keys.find(key) is not None:
         return
     with contextlib.suppress(RateLimited):  # this failure is answered as what it is
         state.failed_keys.take(address, 0)
@@ -281,25 +279,26 @@ def resolve_pair(state: ServiceState, request: PipelineRequest,
     )
 
 
-def client_of(request: Request, settings: Settings, key: str) -> str:
-    """Whom the rate limits and usage count: the API key (already checked), else the client
-    address."""
-    if settings.api_keys:
-        return "key:" + key
+def client_of(state: ServiceState, request: Request, key: str) -> str:
+    """Whom the rate limits and usage count: the API key (already checked; named by its
+    digest, so no key is stored), else the client address."""
+    if state.keys.required:
+        return "key:" + digest(key)[:32]
     return "addr:" + (request.client.host if request.client else "")
 
 
-def take_rate(state: ServiceState, client: str, chars: int) -> None:
-    """Count a request of ``chars`` characters against its client's limits, or refuse it."""
+async def take_rate(state: ServiceState, client: str, chars: int, key: str) -> None:
+    """Count a request of ``chars`` characters against its client's limits (its key's own,
+    when it has some), or refuse it."""
     settings = state.settings
     quota = settings.usage_limit_chars
-    if quota and state.usage.count(client) + chars > quota:
+    if quota and await state.usage.count(client) + chars > quota:
         raise PipelineError("quota_exceeded", f"Quota exceeded: at most {quota} characters "
                             "per key (USAGE_LIMIT_CHARS).")
-    if not state.limiter.enabled:
-        return
+    record = state.keys.find(key) if key and state.keys.required else None
+    caps = record.caps(state.limiter.caps) if record is not None else state.limiter.caps
     try:
-        state.limiter.take(client, chars)
+        await state.limiter.take(client, chars, caps)
     except OverCharLimit as exc:
         raise PipelineError(
             "over_rate_limit",
@@ -339,10 +338,10 @@ async def _translate(state: ServiceState, http: Request,
     check_options(request.options, settings)
     require_ready(state)
     pair, detected = resolve_pair(state, request)
-    options = with_glossary(state, request, pair, key)
-    client = client_of(http, settings, key)
+    options = await with_glossary(state, request, pair, key)
+    client = client_of(state, http, key)
     characters = sum(map(len, request.texts))
-    take_rate(state, client, characters)
+    await take_rate(state, client, characters, key)
     translator = state.translator
     assert translator is not None  # ready implies a translator
     work = translator.translate(request.texts, pair, options, deadline=deadline,
@@ -351,12 +350,12 @@ async def _translate(state: ServiceState, http: Request,
         results = await unless_disconnected(http, work)
     except SchedulerError as exc:
         raise scheduler_error(exc, request_id) from None
-    state.usage.add(client, characters)
+    await state.usage.add(client, characters)
     via = translator.pivots.get(pair)
     return PipelineResult(results, pair, detected, request_id, via)
 
 
-def glossary_store(state: ServiceState) -> GlossaryStore:
+def glossary_store(state: ServiceState) -> GlossaryStore | SharedGlossaryStore:
     """The glossaries' store, or a 503 naming why it cannot be opened (an unwritable
     DATA_DIR, a file of another layout)."""
     try:
@@ -367,10 +366,10 @@ def glossary_store(state: ServiceState) -> GlossaryStore:
 
 def glossary_owner(state: ServiceState, key: str) -> str:
     """Whose glossaries a request sees: its key's when the service has keys, else everyone's."""
-    return key if state.settings.api_keys else ""
+    return key if state.keys.required else ""
 
 
-def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key: str,
+async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key: str,
                   ) -> TranslateOptions:
     """The request's options with its glossary's terms (``service.glossary``): the stored
     glossary it names, which must be its caller's and of its pair, or the entries it gives."""
@@ -385,7 +384,8 @@ def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key
         if not valid_id(request.glossary_id):
             raise PipelineError("invalid_field", "Invalid glossary_id.", field,
                                 value=request.glossary_id)
-        glossary = glossary_store(state).get(request.glossary_id, glossary_owner(state, key))
+        glossary = await glossary_store(state).get(request.glossary_id,
+                                                   glossary_owner(state, key))
         if glossary is None:
             raise PipelineError("glossary_not_found", "Glossary not found.", field,
                                 value=request.glossary_id)
@@ -419,21 +419,21 @@ async def start_document(state: ServiceState, http: Request,
     check_options(request.options, settings)
     require_ready(state)
     pair, _ = resolve_pair(state, request)
-    options = with_glossary(state, request, pair, key)
+    options = await with_glossary(state, request, pair, key)
     if state.documents.full():
         raise PipelineError("queue_full", f"{settings.max_documents} documents are being "
                             "translated or waiting for their download (MAX_DOCUMENTS); retry "
                             "later.", retry_after=10)
-    client = client_of(http, settings, key)
+    client = client_of(state, http, key)
     text = request.texts[0]
-    take_rate(state, client, len(text))
+    await take_rate(state, client, len(text), key)
     translator = state.translator
     assert translator is not None  # ready implies a translator
-    state.usage.add(client, len(text))
+    await state.usage.add(client, len(text))
     document = request.document
     assert document is not None  # parse names the file
     filename, media_type, kind = document
-    job = state.documents.start(
+    job = await state.documents.start(
         glossary_owner(state, key), filename, kind, media_type, pair,
         request.document_data if request.document_data is not None else text,
         lambda texts: translator.translate_many(texts, pair, options, background=True),

@@ -6,15 +6,26 @@ the first and its characters from the second, or neither when either falls short
 client is told exactly when the shortfall will have refilled (Retry-After). A moving window, as
 the ``limits`` package keeps it, stores one timestamp per unit taken: 10,000 per request for a
 character limit; a bucket is two floats and a time.
+
+``Limits`` keeps the buckets where the service's state is (``service.shared_state``): with a
+shared store, in Redis, taken by one script run on the server (refill, check and take at once,
+by the server's clock), so a client's allowance is exact however many replicas it reaches;
+while the store is down, in the process. An API key may carry its own limits (``Caps``).
+``Usage`` counts characters per client, likewise shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import redis.asyncio
+
+from service.shared_state import PREFIX, StateStore, StoreDown
 
 # Buckets of clients idle for a minute are full again and carry no state: past this many
 # clients, those are dropped so that a stream of new addresses cannot grow the table forever.
@@ -42,6 +53,18 @@ class OverCharLimit(Exception):
         self.limit = limit
 
 
+@dataclass(frozen=True)
+class Caps:
+    """A client's allowance per minute; 0 turns a limit off."""
+
+    requests_per_minute: int = 0
+    chars_per_minute: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.requests_per_minute or self.chars_per_minute)
+
+
 @dataclass
 class _Buckets:
     requests: float
@@ -50,7 +73,8 @@ class _Buckets:
 
 
 class RateLimiter:
-    """``requests_per_minute`` and ``chars_per_minute`` per client; 0 turns a limit off."""
+    """``requests_per_minute`` and ``chars_per_minute`` per client (0 turns a limit off), in
+    this process; ``take`` may name other caps for a client (an API key's own)."""
 
     def __init__(
         self,
@@ -58,30 +82,29 @@ class RateLimiter:
         chars_per_minute: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.requests_per_minute = requests_per_minute
-        self.chars_per_minute = chars_per_minute
+        self.caps = Caps(requests_per_minute, chars_per_minute)
         self._clock = clock
         self._clients: dict[str, _Buckets] = {}
 
     @property
     def enabled(self) -> bool:
-        return bool(self.requests_per_minute or self.chars_per_minute)
+        return self.caps.enabled
 
-    def take(self, client: str, chars: int) -> None:
+    def take(self, client: str, chars: int, caps: Caps | None = None) -> None:
         """Count one request of ``chars`` characters, or raise RateLimited (taking nothing)
         or OverCharLimit."""
-        if not self.enabled:
+        caps = caps or self.caps
+        if not caps.enabled:
             return
-        request_cap, char_cap = self.requests_per_minute, self.chars_per_minute
-        if char_cap and chars > char_cap:
-            raise OverCharLimit(chars, char_cap)
+        request_cap, char_cap = caps.requests_per_minute, caps.chars_per_minute
+        check_size(chars, caps)
         now = self._clock()
         buckets = self._clients.get(client)
         if buckets is None:
             if len(self._clients) >= _PRUNE_ABOVE:
                 self._prune(now)
             buckets = self._clients[client] = _Buckets(request_cap, char_cap, now)
-        self._refill(buckets, now)
+        _refill(buckets, now, caps)
         waits = []  # seconds until each short bucket holds enough
         if request_cap and buckets.requests < 1:
             waits.append((_seconds(1 - buckets.requests, request_cap), "REQUESTS_PER_MINUTE"))
@@ -98,21 +121,12 @@ class RateLimiter:
     def wait(self, client: str) -> int:
         """Seconds until ``client`` may send one more request (0: now), taking nothing."""
         buckets = self._clients.get(client)
-        if not self.requests_per_minute or buckets is None:
+        if not self.caps.requests_per_minute or buckets is None:
             return 0
-        self._refill(buckets, self._clock())
+        _refill(buckets, self._clock(), self.caps)
         if buckets.requests >= 1:
             return 0
-        return _seconds(1 - buckets.requests, self.requests_per_minute)
-
-    def _refill(self, buckets: _Buckets, now: float) -> None:
-        """What a minute's allowance gave back since the buckets were last looked at."""
-        minutes = (now - buckets.at) / 60
-        buckets.requests = min(self.requests_per_minute,
-                               buckets.requests + minutes * self.requests_per_minute)
-        buckets.chars = min(self.chars_per_minute,
-                            buckets.chars + minutes * self.chars_per_minute)
-        buckets.at = now
+        return _seconds(1 - buckets.requests, self.caps.requests_per_minute)
 
     def _prune(self, now: float) -> None:
         self._clients = {
@@ -120,18 +134,134 @@ class RateLimiter:
         }
 
 
+def check_size(chars: int, caps: Caps) -> None:
+    """A request larger than a minute's characters is never allowed: OverCharLimit."""
+    if caps.chars_per_minute and chars > caps.chars_per_minute:
+        raise OverCharLimit(chars, caps.chars_per_minute)
+
+
+def _refill(buckets: _Buckets, now: float, caps: Caps) -> None:
+    """What a minute's allowance gave back since the buckets were last looked at."""
+    minutes = (now - buckets.at) / 60
+    buckets.requests = min(caps.requests_per_minute,
+                           buckets.requests + minutes * caps.requests_per_minute)
+    buckets.chars = min(caps.chars_per_minute, buckets.chars + minutes * caps.chars_per_minute)
+    buckets.at = now
+
+
+# The two buckets of RateLimiter, on the server: refilled by the server's clock, checked and
+# taken in one step. Returns {0, 0} when taken, else {seconds to wait, 1 (requests) or 2
+# (characters)}. Buckets of a client idle for two minutes are full again: they expire.
+_TAKE = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1e6
+local rcap, ccap, chars = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local held = redis.call('HMGET', KEYS[1], 'r', 'c', 'at')
+local r, c = tonumber(held[1]) or rcap, tonumber(held[2]) or ccap
+local minutes = math.max(0, now - (tonumber(held[3]) or now)) / 60
+r = math.min(rcap, r + minutes * rcap)
+c = math.min(ccap, c + minutes * ccap)
+local wait_r, wait_c = 0, 0
+if rcap > 0 and r < 1 then wait_r = math.max(1, math.ceil((1 - r) * 60 / rcap)) end
+if ccap > 0 and c < chars then wait_c = math.max(1, math.ceil((chars - c) * 60 / ccap)) end
+local answer = {0, 0}
+if wait_r > 0 or wait_c > 0 then
+  if wait_r >= wait_c then answer = {wait_r, 1} else answer = {wait_c, 2} end
+else
+  if rcap > 0 then r = r - 1 end
+  if ccap > 0 then c = c - chars end
+end
+redis.call('HSET', KEYS[1], 'r', tostring(r), 'c', tostring(c), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], 120)
+return answer
+"""
+_LIMIT_NAMES = {1: "REQUESTS_PER_MINUTE", 2: "CHARS_PER_MINUTE"}
+
+
+class Limits:
+    """Per-client limits where the service's state is: the shared store's buckets, else (and
+    while the store is down) this process's."""
+
+    def __init__(self, local: RateLimiter, store: StateStore | None = None) -> None:
+        self.local = local
+        self.store = store
+        self._take = store.redis.register_script(_TAKE) if store is not None else None
+
+    @property
+    def caps(self) -> Caps:
+        return self.local.caps
+
+    async def take(self, client: str, chars: int, caps: Caps | None = None) -> None:
+        """As ``RateLimiter.take``, across every replica when the store is shared."""
+        caps = caps or self.local.caps
+        if not caps.enabled:
+            return
+        check_size(chars, caps)
+        if self.store is not None and self._take is not None:
+            script = self._take
+            try:
+                wait, limit = await self.store.run(lambda r: script(
+                    keys=[f"{PREFIX}rate:{client}"],
+                    args=[caps.requests_per_minute, caps.chars_per_minute, chars], client=r))
+            except StoreDown:
+                pass  # this process's buckets meanwhile
+            else:
+                if wait:
+                    raise RateLimited(int(wait), _LIMIT_NAMES[int(limit)])
+                return
+        self.local.take(client, chars, caps)
+
+
 class Usage:
-    """Characters translated per client since the process started: DeepL's ``/v2/usage``
-    reports them, and ``USAGE_LIMIT_CHARS`` caps them."""
+    """Characters translated per client: DeepL's ``/v2/usage`` reports them, and
+    ``USAGE_LIMIT_CHARS`` caps them. Counted in the process since it started, or with a
+    shared store in Redis for good; what is counted while the store is down is added to it
+    once it is back."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: StateStore | None = None) -> None:
         self._counts: dict[str, int] = {}
+        self._pending: dict[str, int] = {}  # counted, not yet in the store
         self._lock = threading.Lock()
+        self.store = store
 
-    def count(self, client: str) -> int:
+    async def count(self, client: str) -> int:
+        if self.store is not None:
+            try:
+                await self._flush()
+                stored = await self.store.run(lambda r: r.hget(f"{PREFIX}usage", client))
+                return int(stored or 0)
+            except StoreDown:
+                pass
         with self._lock:
             return self._counts.get(client, 0)
 
-    def add(self, client: str, characters: int) -> None:
+    async def add(self, client: str, characters: int) -> None:
         with self._lock:
             self._counts[client] = self._counts.get(client, 0) + characters
+            if self.store is not None:
+                self._pending[client] = self._pending.get(client, 0) + characters
+        if self.store is not None:
+            with contextlib.suppress(StoreDown):
+                await self._flush()
+
+    async def _flush(self) -> None:
+        """The counts not yet in the store, added in one round trip."""
+        assert self.store is not None
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return
+
+        async def add(r: redis.asyncio.Redis) -> list:
+            async with r.pipeline(transaction=False) as pipe:
+                for client, characters in pending.items():
+                    pipe.hincrby(f"{PREFIX}usage", client, characters)
+                return await pipe.execute()
+
+        try:
+            await self.store.run(add)
+        except StoreDown:
+            with self._lock:  # kept for the next try
+                for client, characters in pending.items():
+                    self._pending[client] = self._pending.get(client, 0) + characters
+            raise

@@ -20,6 +20,7 @@ docs/sentence-cache.md).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 
 from service.metrics import Metrics
 from service.search import Hypothesis, Translation
+from service.shared_state import PREFIX, StateStore, StoreDown
 
 CacheKey = tuple[Hashable, ...]
 _Frozen = tuple[tuple[Any, ...], ...]  # one tuple of field values per hypothesis
@@ -169,3 +171,75 @@ class SentenceCache:
         with self._lock:
             self._entries.clear()
             self.bytes = 0
+
+
+# Keep ``pairs`` (name, value, name, value, ...) for ARGV[2] seconds, and at most ARGV[1]
+# names in the index (KEYS[1], a sorted set by time of writing): the oldest past that, and
+# names whose time is up, are dropped from both.
+_PUT = """
+local now = tonumber(redis.call('TIME')[1])
+local most, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+for i = 3, #ARGV, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ttl)
+  redis.call('ZADD', KEYS[1], now, ARGV[i])
+end
+local over = redis.call('ZCARD', KEYS[1]) - most
+while over > 0 do
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, math.min(over, 1000) - 1)
+  redis.call('DEL', unpack(oldest))
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #oldest - 1)
+  over = over - #oldest
+end
+return 0
+"""
+_MAX_SHARED_VALUE = 64 * 1024  # bytes; a longer translation is kept by the process only
+
+
+class SharedTier:
+    """The cache tier replicas share through the state store, behind each process's own
+    ``SentenceCache``: a sentence translated on one replica is a hit on the others. Names hold
+    the model's fingerprint, so a new model never gets an old model's translations; entries
+    expire after ``ttl_s`` and at most ``max_entries`` are kept (the oldest go first). A batch
+    is looked up in one round trip and written in one; a store that does not answer is a
+    miss, and nothing is written."""
+
+    def __init__(self, store: StateStore, max_entries: int, ttl_s: float,
+                 metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.max_entries = max_entries
+        self.ttl_s = max(1, int(ttl_s))
+        self._put = store.redis.register_script(_PUT)
+        self._metrics = metrics
+
+    @staticmethod
+    def name(key: CacheKey) -> str:
+        rest = json.dumps(key[1:], default=str, separators=(",", ":"))
+        return f"{PREFIX}cache:{key[0]}:{hashlib.sha256(rest.encode()).hexdigest()[:40]}"
+
+    async def get_many(self, keys: Sequence[CacheKey]) -> list[Translation | None]:
+        names = [self.name(key) for key in keys]
+        try:
+            values = await self.store.run(lambda r: r.mget(names))
+        except StoreDown:
+            return [None] * len(keys)
+        found = [None if value is None else _thaw(json.loads(value)) for value in values]
+        if self._metrics is not None:
+            hits = sum(value is not None for value in found)
+            self._metrics.shared_cache_hits.inc(hits)
+            self._metrics.shared_cache_misses.inc(len(found) - hits)
+        return found
+
+    async def put_many(self, items: Sequence[tuple[CacheKey, Translation]]) -> None:
+        pairs: list[str] = []
+        for key, translation in items:
+            value = json.dumps(_freeze(translation), separators=(",", ":"))
+            if len(value) <= _MAX_SHARED_VALUE:
+                pairs += [self.name(key), value]
+        if not pairs:
+            return
+        script = self._put
+        with contextlib.suppress(StoreDown):
+            await self.store.run(lambda r: script(
+                keys=[f"{PREFIX}cache-index"], args=[self.max_entries, self.ttl_s, *pairs],
+                client=r))

@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     )
     open_docs: bool = Field(
         False, description="Serve /metrics and the API docs (/docs, /redoc, /openapi.json, "
-        "/libretranslate/spec) without a key when API_KEYS is set."
+        "/libretranslate/spec) without a key when keys are asked for (API_KEYS, translate-keys)."
     )
     page: bool = Field(
         True, description="Serve the translator's web page at / (a page to try the service "
@@ -233,6 +233,32 @@ class Settings(BaseSettings):
         description="Comma-separated API keys; when set, every API asks for one (a bearer "
         "token, LibreTranslate's api_key, DeepL's auth key). Empty = open.",
         repr=False,  # keeps the keys out of logged settings
+    )
+    require_keys: bool = Field(
+        False, description="Ask every request for a key even while no key is known (API_KEYS "
+        "empty and none added with translate-keys, or the shared key table not read yet). "
+        "Otherwise keys are asked for once API_KEYS or translate-keys holds one."
+    )
+    keys_refresh_s: float = Field(
+        2.0, gt=0, description="How often the keys added or removed with translate-keys are "
+        "read again (each replica; a change applies within this long)."
+    )
+    state_url: str = Field(
+        "", description="redis://host:port/db (Redis or Valkey) that replicas share: rate "
+        "limits, usage, a sentence cache tier, API keys, glossaries and documents. Empty: "
+        "each process keeps its own (glossaries and keys in SQLite under DATA_DIR).",
+        repr=False,  # may hold a password
+    )
+    state_timeout_s: float = Field(
+        0.25, gt=0, description="Deadline of one call to STATE_URL; past it the call fails and "
+        "limits and cache fall back to the process's own until the store answers again."
+    )
+    shared_cache_entries: int = Field(
+        500_000, ge=0, description="Most sentences in the cache tier shared through "
+        "STATE_URL (the oldest go first); 0 turns that tier off."
+    )
+    shared_cache_ttl_s: float = Field(
+        7 * 86400.0, gt=0, description="How long a sentence stays in the shared cache tier."
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated origins allowed by CORS; '*' for any."

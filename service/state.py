@@ -1,4 +1,5 @@
-"""What the service holds while it runs: its settings, phase, Translator, limits and usage
+"""What the service holds while it runs: its settings, phase, Translator, keys, limits, usage,
+glossaries and documents, and the state store replicas share when STATE_URL names one
 (``ServiceState``, on ``app.state.service``, filled by the lifespan in ``service.main``; routes
 read it through ``Depends(get_state)``), and the stop sequence's timing."""
 
@@ -15,12 +16,14 @@ from fastapi import Depends, Request
 from service.detect import LanguageDetector
 from service.documents import DocumentJobs
 from service.engine import Engine
-from service.glossary import GlossaryStore
+from service.glossary import GlossaryStore, SharedGlossaryStore
+from service.keys import Keys, key_book
 from service.metrics import Metrics
 from service.overload import LoopLag
-from service.ratelimit import RateLimiter, Usage
+from service.ratelimit import Limits, RateLimiter, Usage
 from service.scheduler import Scheduler
 from service.settings import Settings
+from service.shared_state import StateStore
 from service.translator import Pair, Translator
 
 DETECT_CHARS = 2000
@@ -35,25 +38,40 @@ class ServiceState:
     translator: Translator | None = None  # set once the models are loaded
     shutdown_started: float | None = None  # time.monotonic() of the stop signal
     drained: asyncio.Task[bool] | None = None
-    limiter: RateLimiter = field(init=False)
-    failed_keys: RateLimiter = field(init=False)  # per client address
-    usage: Usage = field(default_factory=Usage)
+    store: StateStore | None = field(init=False)  # STATE_URL's, shared by the replicas
+    keys: Keys = field(init=False)
+    limiter: Limits = field(init=False)
+    failed_keys: RateLimiter = field(init=False)  # per client address, in the process
+    usage: Usage = field(init=False)
     loop_lag: LoopLag = field(default_factory=LoopLag)
-    _glossaries: GlossaryStore | None = field(default=None, init=False, repr=False)
+    _glossaries: GlossaryStore | SharedGlossaryStore | None = field(default=None, init=False,
+                                                                    repr=False)
     documents: DocumentJobs = field(init=False)
 
     def __post_init__(self) -> None:
-        self.limiter = RateLimiter(
-            self.settings.requests_per_minute, self.settings.chars_per_minute
-        )
-        self.failed_keys = RateLimiter(self.settings.failed_keys_per_minute, 0)
-        self.documents = DocumentJobs(self.settings.max_documents, self.settings.document_ttl_s)
+        settings = self.settings
+        self.store = (StateStore(settings.state_url, settings.state_timeout_s, self.metrics)
+                      if settings.state_url else None)
+        self.keys = Keys(settings, None)
+        self.limiter = Limits(RateLimiter(settings.requests_per_minute,
+                                          settings.chars_per_minute), self.store)
+        self.failed_keys = RateLimiter(settings.failed_keys_per_minute, 0)
+        self.usage = Usage(self.store)
+        self.documents = DocumentJobs(settings.max_documents, settings.document_ttl_s,
+                                      self.store)
+
+    async def open_keys(self) -> None:
+        """The managed keys' table opened (DATA_DIR's file, or the shared store) and read."""
+        self.keys = Keys(self.settings, key_book(self.settings, self.store))
+        await self.keys.refresh()
 
     @property
-    def glossaries(self) -> GlossaryStore:
-        """The glossaries' store, opened (its file created under DATA_DIR) on first use."""
+    def glossaries(self) -> GlossaryStore | SharedGlossaryStore:
+        """The glossaries' store: the shared one, else the SQLite file under DATA_DIR, opened
+        (created) on first use."""
         if self._glossaries is None:
-            self._glossaries = GlossaryStore(self.settings.data_dir / "glossaries.sqlite3")
+            self._glossaries = (SharedGlossaryStore(self.store) if self.store is not None else
+                                GlossaryStore(self.settings.data_dir / "glossaries.sqlite3"))
         return self._glossaries
 
     @property

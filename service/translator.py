@@ -34,7 +34,7 @@ from service.metrics import Metrics
 from service.placeholders import Protected, protect
 from service.scheduler import Admission, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Hypothesis, Translation
-from service.sentence_cache import SentenceCache, model_fingerprint, sentence_key
+from service.sentence_cache import SentenceCache, SharedTier, model_fingerprint, sentence_key
 from service.settings import Settings
 from service.text import Segmented, estimate_sentences, split_long, split_sentences
 
@@ -163,6 +163,7 @@ class Translator:
         # A sentence's translation does not depend on its batch (export checks it), so a
         # cached one is what decoding it again would give.
         self.cache = SentenceCache(settings.cache_mb * 2**20, metrics)
+        self.shared_cache: SharedTier | None = None  # the replicas' tier, with STATE_URL
         self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
                        for pair, engine in engines.items()}
         self.pivots = pivots_of(engines)
@@ -416,12 +417,20 @@ class Translator:
                       deadline: float | None, admission: Admission | None, request_id: str,
                       ) -> list[Translation]:
         """Each source's translation, from the sentence cache or else the scheduler."""
-        if not self.cache.enabled:
+        shared = self.shared_cache
+        if not self.cache.enabled and shared is None:
             return await self.scheduler.translate(pair_label(pair), sources, decode, deadline,
                                                   admission=admission, request_id=request_id)
         keys = [sentence_key(self.models[pair], pair, decode, ids) for ids in sources]
         found = [self.cache.get(key) for key in keys]
         missing = [i for i, translation in enumerate(found) if translation is None]
+        if missing and shared is not None:  # the replicas' tier, one round trip
+            for i, translation in zip(missing, await shared.get_many([keys[i] for i in missing]),
+                                      strict=True):
+                if translation is not None:
+                    self.cache.put(keys[i], translation)
+                    found[i] = translation
+            missing = [i for i in missing if found[i] is None]
         if missing:
             decoded = await self.scheduler.translate(
                 pair_label(pair), [sources[i] for i in missing], decode, deadline,
@@ -429,6 +438,8 @@ class Translator:
             for i, translation in zip(missing, decoded, strict=True):
                 self.cache.put(keys[i], translation)
                 found[i] = translation
+            if shared is not None:
+                await shared.put_many([(keys[i], found[i]) for i in missing])
         return found  # type: ignore[return-value]  # every None was filled
 
 

@@ -109,7 +109,7 @@ def overlay(request: pytest.FixtureRequest) -> list[Resource]:
 
 def test_there_are_cpu_and_gpu_overlays_and_the_optional_components() -> None:
     assert [path.name for path in OVERLAYS] == ["cpu", "gpu"]
-    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda", "podmonitor"}
+    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda", "podmonitor", "redis"}
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -205,6 +205,27 @@ def test_the_pod_monitor_scrapes_the_deployments_pods(overlay: list[Resource]) -
     assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
     assert endpoint["port"] in {port["name"] for port in container(deployment)["ports"]}
     assert endpoint["path"] == "/metrics"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_redis_component_shares_state_between_the_pods(overlay: list[Resource],
+                                                           version: str) -> None:
+    objects = build(COMPONENTS["redis"], overlay)
+    assert sorted(o["kind"] for o in objects if o not in overlay) == [
+        "Deployment", "Service", "StatefulSet"]  # the Deployment: with STATE_URL
+    for resource in objects:
+        kubernetes_validate.validate(resource, version, strict=True)
+    redis = of_kind(objects, "StatefulSet")
+    (service,) = [o for o in objects if identity(o) == ("Service", "redis")]
+    (port,) = service["spec"]["ports"]
+    assert service["spec"]["selector"].items() <= redis["spec"]["template"]["metadata"][
+        "labels"].items()
+    url = environment(of_kind(objects, "Deployment"))["STATE_URL"]
+    assert url == f"redis://{service['metadata']['name']}:{port['port']}/0"
+    assert Settings(state_url=url).state_url == url
+    args = container(redis)["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"  # what clients were told survives
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
 
 
 def test_the_gpu_overlay_asks_for_a_gpu_and_the_cuda_image() -> None:

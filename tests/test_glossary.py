@@ -6,9 +6,12 @@ upper-cased), so a glossary's target term shows as given while the words around 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -74,18 +77,29 @@ def test_a_term_comes_back_as_its_target_whatever_the_model_does_with_it() -> No
 
 def test_glossaries_outlive_the_process_and_belong_to_their_key(tmp_path: Path) -> None:
     path = tmp_path / "data" / "glossaries.sqlite3"
-    store = GlossaryStore(path)
-    made = store.create("fruit", {("en", "de"): {"Apple": "Apfel", "Δぁ": "深"},
-                                  ("de", "en"): {"Apfel": "apple"}}, owner="k1")
-    store.create("other", {("en", "de"): {"a": "b"}}, owner="k2")
-    store.close()
-    again = GlossaryStore(path)
-    assert again.get(made.glossary_id, "k1") == made
-    assert again.get(made.glossary_id, "k2") is None
-    assert [g.name for g in again.list("k1")] == ["fruit"]
-    assert again.count("k2") == 1
-    assert again.delete(made.glossary_id, "k1")
-    assert again.get(made.glossary_id, "k1") is None
+    asyncio.run(glossaries_belong_to_their_key(lambda: GlossaryStore(path)))
+
+
+async def glossaries_belong_to_their_key(open_store: Callable[[], Any]) -> None:
+    """A store's glossaries, as written, read by the next store opened on the same place (a
+    restarted process; another replica)."""
+    store = open_store()
+    made = await store.create("fruit", {("en", "de"): {"Apple": "Apfel", "Δぁ": "深"},
+                                        ("de", "en"): {"Apfel": "apple"}}, owner="k1")
+    await store.create("other", {("en", "de"): {"a": "b"}}, owner="k2")
+    await store.close()
+    again = open_store()
+    assert await again.get(made.glossary_id, "k1") == made
+    assert await again.get(made.glossary_id, "k2") is None
+    assert [g.name for g in await again.list("k1")] == ["fruit"]
+    assert await again.count("k2") == 1
+    renamed = dataclasses.replace(made, name="fruits")
+    assert await again.save(renamed) == renamed
+    assert await again.get(made.glossary_id, "k1") == renamed
+    assert await again.delete(made.glossary_id, "k1")
+    assert await again.get(made.glossary_id, "k1") is None
+    assert not await again.delete(made.glossary_id, "k1")
+    await again.close()
 
 
 # -- through the APIs --------------------------------------------------------------------------

@@ -41,8 +41,8 @@ def test_the_page_is_served_with_a_policy_that_keeps_it_to_this_server(
         settings = (await client.get("/page/settings")).json()
         assert settings == {"key_required": False, "max_chars": 123, "max_beam": 8,
                             "documents": [".docx", ".epub", ".htm", ".html", ".markdown",
-                                          ".md", ".odp", ".odt", ".po", ".pot", ".pptx", ".srt", ".txt", ".vtt",
-                                          ".xlf", ".xliff"],
+                                          ".md", ".odp", ".odt", ".po", ".pot", ".pptx",
+                                          ".srt", ".txt", ".vtt", ".xlf", ".xliff"],
                             "max_document_chars": 500_000}
 
     check_app(tiny_bundle, check, max_chars=123)

@@ -226,8 +226,8 @@ async def usage(request: Request) -> JSONResponse:
         _, key = await key_fields(request, state)
     except PipelineError as exc:
         return error_response(exc)
-    client = client_of(request, state.settings, key)
-    return JSONResponse({"character_count": state.usage.count(client),
+    client = client_of(state, request, key)
+    return JSONResponse({"character_count": await state.usage.count(client),
                          "character_limit": state.settings.usage_limit_chars or NO_LIMIT})
 
 

@@ -66,7 +66,7 @@ def _check_fields(fields: dict[str, str], filename: str) -> None:
 async def _job(request: Request, document_id: str) -> DocumentJob:
     state: ServiceState = request.app.state.service
     fields, _ = await key_fields(request, state)
-    job = state.documents.get(document_id, str(fields.get("document_key") or ""))
+    job = await state.documents.get(document_id, str(fields.get("document_key") or ""))
     if job is None:
         raise PipelineError("document_not_found", "Document not found.", "document_id")
     return job
@@ -96,6 +96,9 @@ async def result(request: Request, document_id: str) -> Response:
         if job.status != DONE:
             raise PipelineError("document_not_ready", "Document translation is not done: "
                                 f"{job.status}.", "document_id", retry_after=1)
+        data = await state.documents.take(job)
+        if data is None:
+            raise PipelineError("document_not_found", "Document not found.", "document_id")
     except PipelineError as exc:
         return error_response(exc)
-    return download(job, state.documents.take(job))
+    return download(job, data)

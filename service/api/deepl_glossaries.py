@@ -106,17 +106,17 @@ async def _create(request: Request, dictionaries_of) -> Glossary:
     dictionaries = dictionaries_of(state, fields)
     owner = glossary_owner(state, key)
     limit = state.settings.max_glossaries
-    if glossary_store(state).count(owner) >= limit:
+    if await glossary_store(state).count(owner) >= limit:
         raise PipelineError("too_many_glossaries", f"at most {limit} (MAX_GLOSSARIES); "
                             "delete one first.", "name")
-    return glossary_store(state).create(name, dictionaries, owner)
+    return await glossary_store(state).create(name, dictionaries, owner)
 
 
 async def _listed(request: Request) -> list[Glossary]:
     """The caller's glossaries."""
     state: ServiceState = request.app.state.service
     _, key = await key_fields(request, state)
-    return glossary_store(state).list(glossary_owner(state, key))
+    return await glossary_store(state).list(glossary_owner(state, key))
 
 
 async def _glossary(request: Request, glossary_id: str) -> tuple[Glossary, dict[str, Any]]:
@@ -127,7 +127,7 @@ async def _glossary(request: Request, glossary_id: str) -> tuple[Glossary, dict[
     if not valid_id(glossary_id):
         raise PipelineError("invalid_field", "Invalid glossary ID.", "glossary_id",
                             value=glossary_id)
-    glossary = glossary_store(state).get(glossary_id, glossary_owner(state, key))
+    glossary = await glossary_store(state).get(glossary_id, glossary_owner(state, key))
     if glossary is None:
         raise PipelineError("glossary_not_found", "Glossary not found.", "glossary_id",
                             value=glossary_id)
@@ -195,7 +195,7 @@ async def delete(request: Request, glossary_id: str) -> Response:
         glossary, _ = await _glossary(request, glossary_id)
     except PipelineError as exc:
         return error_response(exc)
-    glossary_store(state).delete(glossary.glossary_id, glossary.owner)
+    await glossary_store(state).delete(glossary.glossary_id, glossary.owner)
     return Response(status_code=204)
 
 
@@ -266,7 +266,7 @@ async def update_v3(request: Request, glossary_id: str) -> Response:
                                         "(MAX_GLOSSARY_ENTRIES).", "dictionaries")
     except PipelineError as exc:
         return error_response(exc)
-    saved = glossary_store(state).save(dataclasses.replace(glossary, name=name,
+    saved = await glossary_store(state).save(dataclasses.replace(glossary, name=name,
                                                       dictionaries=dictionaries))
     return JSONResponse(v3_json(saved))
 
@@ -304,7 +304,7 @@ async def replace_dictionary(request: Request, glossary_id: str) -> Response:
         entries = _entries(state, fields)
     except PipelineError as exc:
         return error_response(exc)
-    glossary_store(state).save(dataclasses.replace(
+    await glossary_store(state).save(dataclasses.replace(
         glossary, dictionaries={**glossary.dictionaries, pair: entries}))
     return JSONResponse({"source_lang": pair[0], "target_lang": pair[1],
                          "entry_count": len(entries)})
@@ -324,9 +324,9 @@ async def delete_dictionary(request: Request, glossary_id: str) -> Response:
         return error_response(exc)
     rest = {p: e for p, e in glossary.dictionaries.items() if p != pair}
     if rest:
-        glossary_store(state).save(dataclasses.replace(glossary, dictionaries=rest))
+        await glossary_store(state).save(dataclasses.replace(glossary, dictionaries=rest))
     else:  # a glossary of no dictionary is none
-        glossary_store(state).delete(glossary.glossary_id, glossary.owner)
+        await glossary_store(state).delete(glossary.glossary_id, glossary.owner)
     return Response(status_code=204)
 
 

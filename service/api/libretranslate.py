@@ -165,10 +165,11 @@ async def download_file(request: Request, document_id: str, document_key: str,
                         filename: str) -> Response:
     """A file ``/translate_file`` translated, once; its URL is its key."""
     state: ServiceState = request.app.state.service
-    job = state.documents.get(document_id, document_key)
-    if job is None or job.status != DONE:
+    job = await state.documents.get(document_id, document_key)
+    data = await state.documents.take(job) if job is not None and job.status == DONE else None
+    if job is None or data is None:
         return error_response(PipelineError("document_not_found", "File not found."))
-    return download(job, state.documents.take(job))
+    return download(job, data)
 
 
 @router.get("/languages")
@@ -230,8 +231,8 @@ async def frontend_settings(request: Request) -> JSONResponse:
     return JSONResponse({
         "charLimit": settings.max_chars,
         "frontendTimeout": 500,
-        "apiKeys": bool(settings.api_keys),
-        "keyRequired": bool(settings.api_keys),
+        "apiKeys": state.keys.required,
+        "keyRequired": state.keys.required,
         "suggestions": False,
         "filesTranslation": True,
         "supportedFilesFormat": sorted(FORMATS),

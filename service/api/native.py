@@ -240,10 +240,10 @@ async def translate_document(
                             status=job.status)
 
 
-def _document(request: Request, state: State, document_id: str, document_key: str,
-              ) -> DocumentJob:
+async def _document(request: Request, state: State, document_id: str, document_key: str,
+                    ) -> DocumentJob:
     check_key(state, request, key_of(request))
-    job = state.documents.get(document_id, document_key)
+    job = await state.documents.get(document_id, document_key)
     if job is None:
         raise PipelineError("document_not_found", "Document not found (or not yours: give "
                             "its document_key).", "document_id")
@@ -256,7 +256,7 @@ async def document_status(request: Request, state: State, document_id: str,
                           document_key: str = "") -> DocumentStatus:
     """A document's translation status."""
     try:
-        job = _document(request, state, document_id, document_key)
+        job = await _document(request, state, document_id, document_key)
     except PipelineError as exc:
         raise native_error(exc) from None
     return DocumentStatus(document_id=job.document_id, status=job.status,
@@ -268,13 +268,16 @@ async def document_result(request: Request, state: State, document_id: str,
                           document_key: str = "") -> Response:
     """The translated document, once: it is deleted with its download."""
     try:
-        job = _document(request, state, document_id, document_key)
+        job = await _document(request, state, document_id, document_key)
         if job.status != DONE:
             raise PipelineError("document_not_ready", f"The document is {job.status}, not "
                                 "done.", "document_id", retry_after=1)
+        data = await state.documents.take(job)
+        if data is None:
+            raise PipelineError("document_not_found", "Document not found.", "document_id")
     except PipelineError as exc:
         raise native_error(exc) from None
-    return download(job, state.documents.take(job))
+    return download(job, data)
 
 
 def _alternatives(found: list[tuple[str, float | None]] | None) -> list[Alternative] | None:

@@ -82,7 +82,7 @@ async def page(request: Request) -> Response:
 @router.get("/page/settings", response_model=PageSettings)
 async def page_settings(state: State) -> PageSettings:
     settings = state.settings
-    return PageSettings(key_required=bool(settings.api_keys), max_chars=settings.max_chars,
+    return PageSettings(key_required=state.keys.required, max_chars=settings.max_chars,
                         max_beam=settings.max_beam, documents=sorted(FORMATS),
                         max_document_chars=settings.max_document_chars)
 

@@ -32,7 +32,7 @@ class PrivateRoutesMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.state.settings
         if (scope["type"] != "http" or scope["path"] not in PRIVATE_PATHS
-                or not settings.api_keys or settings.open_docs):
+                or not self.state.keys.required or settings.open_docs):
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)

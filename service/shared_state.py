@@ -1,0 +1,99 @@
+"""The state replicas share, in Redis (or Valkey) when STATE_URL names one.
+
+Without STATE_URL each process keeps its own: rate limits, usage and the sentence cache in
+memory, API keys added at run time and glossaries in SQLite files under DATA_DIR, documents in
+memory. With it, every replica reads and writes the same: rate limits (a script on the server,
+so a client's allowance is exact across replicas), usage, a shared tier of the sentence cache
+behind each process's own, API keys with their limits, glossaries, and document jobs with their
+files. ``service.ratelimit``, ``service.sentence_cache``, ``service.keys``,
+``service.glossary`` and ``service.documents`` each hold their part; this module holds the
+connection.
+
+Faults. Every call has a deadline (STATE_TIMEOUT_S); a call that fails marks the store down,
+and for a back-off (0.5 s, doubling to 8 s) calls fail at once rather than each waiting out the
+deadline. Callers fall back where they can (limits and cache to the process's own tier, usage
+counted locally and added once the store is back, keys to the last table read) and answer 503
+with Retry-After where they cannot (a glossary, a document stored by another replica). The
+gauge ``translate_state_store_up`` and a warning say when it is down, and a line when it is
+back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from service.metrics import Metrics
+
+log = logging.getLogger("service")
+T = TypeVar("T")
+PREFIX = "nmt:"  # every key this service writes, so one Redis can hold other things too
+_FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 8.0
+
+
+class StoreDown(Exception):
+    """The state store did not answer (down, slow, or within its back-off)."""
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        super().__init__("the shared state store (STATE_URL) is unavailable")
+        self.retry_after = max(1, round(retry_after))
+
+
+class StateStore:
+    """One Redis connection pool, its deadline and its back-off."""
+
+    def __init__(self, url: str, timeout_s: float = 0.25, metrics: Metrics | None = None,
+                 ) -> None:
+        # No retries inside the client: a retry would multiply the deadline callers wait.
+        self.redis = redis.asyncio.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0), health_check_interval=30)
+        self.timeout_s = timeout_s
+        self.up = True
+        self._down_until = 0.0
+        self._backoff = _FIRST_BACKOFF_S
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.state_store_up.set(1)
+
+    async def run(self, call: Callable[[redis.asyncio.Redis], Awaitable[T]]) -> T:
+        """``call(redis)``'s result, or StoreDown."""
+        now = time.monotonic()
+        if not self.up and now < self._down_until:
+            raise StoreDown(self._down_until - now)
+        try:
+            # The socket timeout bounds each read; this bounds the whole call (a pipeline).
+            result = await asyncio.wait_for(call(self.redis), self.timeout_s * 4)
+        except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
+            self._failed(exc)
+            raise StoreDown(self._backoff) from exc
+        if not self.up:
+            log.warning("state store: back (STATE_URL answers again)")
+            self.up, self._backoff = True, _FIRST_BACKOFF_S
+            if self._metrics is not None:
+                self._metrics.state_store_up.set(1)
+        return result
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._metrics is not None:
+            self._metrics.state_store_errors.inc()
+        if self.up:
+            log.warning("state store: unavailable (%s: %s); limits and cache fall back to "
+                        "this process", type(exc).__name__, exc)
+            self.up = False
+            if self._metrics is not None:
+                self._metrics.state_store_up.set(0)
+        else:
+            self._backoff = min(_MAX_BACKOFF_S, self._backoff * 2)
+        self._down_until = time.monotonic() + self._backoff
+
+    async def close(self) -> None:
+        await self.redis.aclose()

@@ -96,6 +96,7 @@ def create_app(
             if draining is not None and not await draining:
                 log.warning("shutdown grace period over; unfinished requests got 503")
             await state.documents.close()  # documents still translating end as errors
+            await state.usage.close()  # the counts not yet shared
             if state.store is not None:
                 await state.store.close()
 

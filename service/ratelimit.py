@@ -16,6 +16,7 @@ while the store is down, in the process. An API key may carry its own limits (``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import threading
@@ -185,7 +186,6 @@ class Limits:
     def __init__(self, local: RateLimiter, store: StateStore | None = None) -> None:
         self.local = local
         self.store = store
-        self._take = store.redis.register_script(_TAKE) if store is not None else None
 
     @property
     def caps(self) -> Caps:
@@ -197,12 +197,11 @@ class Limits:
         if not caps.enabled:
             return
         check_size(chars, caps)
-        if self.store is not None and self._take is not None:
-            script = self._take
+        if self.store is not None:
             try:
-                wait, limit = await self.store.run(lambda r: script(
-                    keys=[f"{PREFIX}rate:{client}"],
-                    args=[caps.requests_per_minute, caps.chars_per_minute, chars], client=r))
+                wait, limit = await self.store.script(
+                    _TAKE, [f"{PREFIX}rate:{client}"],
+                    [caps.requests_per_minute, caps.chars_per_minute, chars])
             except StoreDown:
                 pass  # this process's buckets meanwhile
             else:
@@ -215,14 +214,18 @@ class Limits:
 class Usage:
     """Characters translated per client: DeepL's ``/v2/usage`` reports them, and
     ``USAGE_LIMIT_CHARS`` caps them. Counted in the process since it started, or with a
-    shared store in Redis for good; what is counted while the store is down is added to it
-    once it is back."""
+    shared store in Redis for good: the counts of every request within ``FLUSH_S`` go there
+    in one round trip (a reader of the count writes what is pending first), and what is
+    counted while the store is down is added once it is back."""
+
+    FLUSH_S = 0.2
 
     def __init__(self, store: StateStore | None = None) -> None:
         self._counts: dict[str, int] = {}
         self._pending: dict[str, int] = {}  # counted, not yet in the store
         self._lock = threading.Lock()
         self.store = store
+        self._flushing: asyncio.Task[None] | None = None
 
     async def count(self, client: str) -> int:
         if self.store is not None:
@@ -240,6 +243,27 @@ class Usage:
             self._counts[client] = self._counts.get(client, 0) + characters
             if self.store is not None:
                 self._pending[client] = self._pending.get(client, 0) + characters
+        if self.store is not None and self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        """The pending counts written after FLUSH_S; while the store is down, retried each
+        second."""
+        try:
+            while True:
+                await asyncio.sleep(self.FLUSH_S)
+                try:
+                    await self._flush()
+                    return
+                except StoreDown:
+                    await asyncio.sleep(1)
+        finally:
+            self._flushing = None
+
+    async def close(self) -> None:
+        """What is pending written now (at shutdown), if the store answers."""
+        if self._flushing is not None:
+            self._flushing.cancel()
         if self.store is not None:
             with contextlib.suppress(StoreDown):
                 await self._flush()

@@ -20,6 +20,7 @@ docs/sentence-cache.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -201,16 +202,21 @@ class SharedTier:
     ``SentenceCache``: a sentence translated on one replica is a hit on the others. Names hold
     the model's fingerprint, so a new model never gets an old model's translations; entries
     expire after ``ttl_s`` and at most ``max_entries`` are kept (the oldest go first). A batch
-    is looked up in one round trip and written in one; a store that does not answer is a
-    miss, and nothing is written."""
+    is looked up in one round trip; what the requests of ``WRITE_AFTER_S`` decoded is written
+    in one, after their answers. A store that does not answer is a miss, and nothing is
+    written."""
+
+    WRITE_AFTER_S = 0.02
+    _MAX_PENDING = 10_000  # entries waiting to be written; past it new ones are not kept
 
     def __init__(self, store: StateStore, max_entries: int, ttl_s: float,
                  metrics: Metrics | None = None) -> None:
         self.store = store
         self.max_entries = max_entries
         self.ttl_s = max(1, int(ttl_s))
-        self._put = store.redis.register_script(_PUT)
         self._metrics = metrics
+        self._pending: list[str] = []  # name, value, name, value, ...
+        self._writing: asyncio.Task[None] | None = None
 
     @staticmethod
     def name(key: CacheKey) -> str:
@@ -220,7 +226,7 @@ class SharedTier:
     async def get_many(self, keys: Sequence[CacheKey]) -> list[Translation | None]:
         names = [self.name(key) for key in keys]
         try:
-            values = await self.store.run(lambda r: r.mget(names))
+            values = await self.store.command("MGET", *names)
         except StoreDown:
             return [None] * len(keys)
         found = [None if value is None else _thaw(json.loads(value)) for value in values]
@@ -230,16 +236,25 @@ class SharedTier:
             self._metrics.shared_cache_misses.inc(len(found) - hits)
         return found
 
-    async def put_many(self, items: Sequence[tuple[CacheKey, Translation]]) -> None:
-        pairs: list[str] = []
+    def put_many(self, items: Sequence[tuple[CacheKey, Translation]]) -> None:
+        """Keep ``items`` in the shared tier soon (with what other requests decode
+        meanwhile); returns at once."""
+        if len(self._pending) >= 2 * self._MAX_PENDING:
+            return
         for key, translation in items:
             value = json.dumps(_freeze(translation), separators=(",", ":"))
             if len(value) <= _MAX_SHARED_VALUE:
-                pairs += [self.name(key), value]
-        if not pairs:
-            return
-        script = self._put
-        with contextlib.suppress(StoreDown):
-            await self.store.run(lambda r: script(
-                keys=[f"{PREFIX}cache-index"], args=[self.max_entries, self.ttl_s, *pairs],
-                client=r))
+                self._pending += [self.name(key), value]
+        if self._pending and self._writing is None:
+            self._writing = asyncio.get_running_loop().create_task(self._write_soon())
+
+    async def _write_soon(self) -> None:
+        try:
+            await asyncio.sleep(self.WRITE_AFTER_S)
+            pending, self._pending = self._pending, []
+            for start in range(0, len(pending), 2000):  # 1,000 entries a call at most
+                with contextlib.suppress(StoreDown):
+                    await self.store.script(_PUT, [f"{PREFIX}cache-index"], [
+                        self.max_entries, self.ttl_s, *pending[start:start + 2000]])
+        finally:
+            self._writing = None

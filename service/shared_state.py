@@ -21,10 +21,11 @@ back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.exceptions
@@ -48,7 +49,10 @@ class StoreDown(Exception):
 
 
 class StateStore:
-    """One Redis connection pool, its deadline and its back-off."""
+    """One Redis connection pool, its deadline and its back-off. ``command`` and ``script``
+    send what concurrent requests ask in the same turn of the event loop as one pipeline: a
+    round trip costs the loop about 70 us of CPU alone and 16 us a command in a pipeline of
+    20 (redis-py 8, loopback), and the requests of a loaded server ask together."""
 
     def __init__(self, url: str, timeout_s: float = 0.25, metrics: Metrics | None = None,
                  ) -> None:
@@ -63,6 +67,59 @@ class StateStore:
         self._metrics = metrics
         if metrics is not None:
             metrics.state_store_up.set(1)
+        self._queued: list[tuple[tuple[Any, ...], str | None, asyncio.Future[Any]]] = []
+
+    async def command(self, *command: Any) -> Any:
+        """One Redis command's reply, sent with the others of this turn; StoreDown."""
+        return await self._queue(command, None)
+
+    async def script(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """A Lua script's reply (by its digest, loaded on the server when it lacks it), sent
+        with the others of this turn; StoreDown."""
+        digest = hashlib.sha1(source.encode()).hexdigest()
+        return await self._queue(("EVALSHA", digest, len(keys), *keys, *args), source)
+
+    def _queue(self, command: tuple[Any, ...], source: str | None) -> asyncio.Future[Any]:
+        future = asyncio.get_running_loop().create_future()
+        self._queued.append((command, source, future))
+        if len(self._queued) == 1:
+            asyncio.get_running_loop().call_soon(self._send_queued)
+        return future
+
+    def _send_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        task = asyncio.get_running_loop().create_task(self._send(queued))
+        task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
+
+    async def _send(self, queued: list[tuple[tuple[Any, ...], str | None, asyncio.Future[Any]]],
+                    ) -> None:
+        async def send(r: redis.asyncio.Redis) -> list[Any]:
+            async with r.pipeline(transaction=False) as pipe:
+                for command, _, _ in queued:
+                    pipe.execute_command(*command)
+                return await pipe.execute(raise_on_error=False)
+
+        try:
+            replies = await self.run(send)
+        except StoreDown as exc:
+            for _, _, future in queued:
+                if not future.done():
+                    future.set_exception(StoreDown(exc.retry_after))
+            return
+        for (command, source, future), reply in zip(queued, replies, strict=True):
+            if future.done():
+                continue
+            if (source is not None and isinstance(reply, redis.exceptions.NoScriptError)):
+                try:  # a restarted Redis has no scripts: EVAL loads it with the call
+                    reply = await self.run(lambda r, c=command, s=source: r.execute_command(
+                        "EVAL", s, *c[2:]))
+                except StoreDown as exc:
+                    future.set_exception(exc)
+                    continue
+            if isinstance(reply, Exception):
+                future.set_exception(StoreDown())
+            else:
+                future.set_result(reply)
 
     async def run(self, call: Callable[[redis.asyncio.Redis], Awaitable[T]]) -> T:
         """``call(redis)``'s result, or StoreDown."""

@@ -439,7 +439,7 @@ class Translator:
                 self.cache.put(keys[i], translation)
                 found[i] = translation
             if shared is not None:
-                await shared.put_many([(keys[i], found[i]) for i in missing])
+                shared.put_many([(keys[i], found[i]) for i in missing])
         return found  # type: ignore[return-value]  # every None was filled
 
 

@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -43,7 +44,8 @@ class Redis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir)],
+             "--appendonly", "no", "--dir", str(self.workdir),
+             "--enable-debug-command", "local"],  # DEBUG SLEEP: a Redis that hangs
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: self.ping(), what="redis-server to answer")
 
@@ -54,6 +56,18 @@ class Redis:
             return bool(redis.Redis(port=self.port, socket_timeout=0.5).ping())
         except redis.RedisError:
             return False
+
+    def hang(self, seconds: float) -> threading.Thread:
+        """Redis busy for ``seconds`` (DEBUG SLEEP), answering nobody meanwhile."""
+        import redis
+
+        def sleep() -> None:
+            redis.Redis(port=self.port).execute_command("DEBUG", "SLEEP", seconds)
+
+        thread = threading.Thread(target=sleep)
+        thread.start()
+        time.sleep(0.1)
+        return thread
 
     def stop(self) -> None:
         assert self.process is not None
@@ -114,7 +128,8 @@ def test_a_clients_limit_holds_across_replicas(pair: tuple[ServerProcess, Server
     assert answers == [200] * 6 + [429] * 2  # REQUESTS_PER_MINUTE=6, not 6 on each
     refused = translate(a, "k1")
     assert int(refused.headers["Retry-After"]) >= 1
-    # Usage is the client's across both.
+    # Usage is the client's across both (each replica writes its counts within 0.2 s).
+    time.sleep(0.3)
     usage = httpx.get(b.url + "/v2/usage", headers={"Authorization": "DeepL-Auth-Key k1"})
     assert usage.json()["character_count"] == sum(len(f"Sentence {i}.") for i in range(6))
 
@@ -125,6 +140,7 @@ def test_a_sentence_translated_on_one_replica_is_a_hit_on_the_other(
     text = "The shared cache answers this sentence."
     before = served_samples(b, "translate_shared_cache_hits_total").get("", 0)
     assert translate(a, "k2", text).json()["translations"][0]["text"] == text.upper()
+    time.sleep(0.2)  # A writes what it decoded just after answering (SharedTier)
     assert translate(b, "k2", text).json()["translations"][0]["text"] == text.upper()
     assert served_samples(b, "translate_shared_cache_hits_total")[""] == before + 1
 
@@ -204,16 +220,26 @@ def test_the_shared_glossary_store_keeps_what_the_sqlite_one_keeps(redis_server:
     asyncio.run(check())
 
 
-def test_redis_killed_and_started_again(tmp_path: Path, redis_server: Redis) -> None:
-    """Requests are served while Redis is down (limits and cache in each process), what only
-    Redis holds answers 503 with Retry-After, /ready stays ready, and sharing resumes once
-    Redis is back."""
+def test_redis_hanging_then_killed_and_started_again(tmp_path: Path, redis_server: Redis,
+                                                     ) -> None:
+    """Requests are served while Redis hangs (each call bounded by STATE_TIMEOUT_S) and while
+    it is down (limits and cache in each process), what only Redis holds answers 503 with
+    Retry-After, /ready stays ready, and sharing resumes once Redis is back."""
     a, b = replicas(tmp_path, redis_server, REQUESTS_PER_MINUTE="1000", STATE_TIMEOUT_S="0.2")
     with a as a, b as b:
         auth = {"Authorization": "DeepL-Auth-Key k1"}
         made = httpx.post(a.url + "/v2/glossaries", headers=auth, data={
             "name": "g", "source_lang": "en", "target_lang": "de", "entries": "a\tb",
             "entries_format": "tsv"}).json()
+        hanging = redis_server.hang(3)
+        slowest = 0.0
+        for i in range(10):
+            start = time.monotonic()
+            assert translate((a, b)[i % 2], "k1", f"Hanging {i}.").status_code == 200
+            slowest = max(slowest, time.monotonic() - start)
+        print(f"slowest request while Redis hangs: {slowest:.2f} s")
+        assert slowest < 2  # never the 3 s Redis hangs: at most a call's deadline or two
+        hanging.join()
         redis_server.stop()
         try:
             answers = [translate((a, b)[i % 2], "k1", f"Down {i}.") for i in range(20)]
@@ -234,6 +260,7 @@ def test_redis_killed_and_started_again(tmp_path: Path, redis_server: Redis) -> 
             timeout_s=15, what="both replicas to use Redis again")
         text = "Shared again after the outage."
         translate(a, "k2", text)
+        time.sleep(0.2)
         before = served_samples(b, "translate_shared_cache_hits_total").get("", 0)
         translate(b, "k2", text)
         assert served_samples(b, "translate_shared_cache_hits_total")[""] == before + 1

@@ -52,8 +52,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import itertools
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -188,53 +190,75 @@ async def closed_loop(client, tally: Tally, texts: list[str], clients: int, unti
 
 class Probe:
     """GET /health and /ready every ``every`` seconds, each on a new connection (as the kubelet
-    probes), until stopped; their statuses and latencies."""
+    probes), until stopped; their statuses and latencies. The probes run in a process of their
+    own, as the kubelet does: probing from the load generator's event loop would time that
+    loop's own backlog too."""
 
     def __init__(self, url: str, every: float = 0.1) -> None:
         self.url = url
         self.every = every
         self.statuses: dict[str, Counter[str]] = {"/health": Counter(), "/ready": Counter()}
         self.latencies: list[float] = []
-        self._task: asyncio.Task | None = None
-
-    async def _run(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=10)
-        connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(self.url, timeout=timeout,
-                                         connector=connector) as client:
-            due = time.monotonic()
-            while True:
-                for path in self.statuses:
-                    started = time.perf_counter()
-                    try:
-                        async with client.get(path) as response:
-                            await response.read()
-                        outcome = str(response.status)
-                    except (aiohttp.ClientError, TimeoutError) as exc:
-                        outcome = type(exc).__name__
-                    self.latencies.append(time.perf_counter() - started)
-                    self.statuses[path][outcome] += 1
-                due += self.every
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+        self.sent: list[float] = []  # seconds from the first probe, one per latency
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._results, self._sender = context.Pipe(duplex=False)
+        self._process = context.Process(target=_probe, daemon=True, args=(
+            url, every, tuple(self.statuses), self._stop, self._sender))
 
     def __enter__(self) -> Probe:
-        self._task = asyncio.ensure_future(self._run())
+        self._process.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        self._stop.set()
+        statuses, self.latencies, self.sent = self._results.recv()
+        self.statuses = {path: Counter(counts) for path, counts in statuses.items()}
+        self._process.join(10)
 
-    def summary(self) -> str:
-        ordered = sorted(self.latencies)
+    def summary(self, after: float = 0.0, label: str = "") -> str:
+        """Latencies of the probes sent ``after`` seconds into the run (all by default)."""
+        ordered = sorted(t for t, at in zip(self.latencies, self.sent, strict=True) if at >= after)
         if not ordered:
             return "no probes"
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-        over = sum(t > 0.1 for t in ordered), sum(t > 2 for t in ordered)
+        slow = [at for t, at in zip(self.latencies, self.sent, strict=True)
+                if t > 0.1 and at >= after]
+        over = len(slow), sum(t > 2 for t in ordered)
         statuses = "; ".join(f"{path} {counted(c)}" for path, c in self.statuses.items())
-        return (f"probes {statuses}: p50 {1000 * statistics.median(ordered):.0f} ms, "
-                f"p99 {1000 * p99:.0f} ms, max {1000 * ordered[-1]:.0f} ms, "
-                f"{over[0]} over 100 ms, {over[1]} over 2 s")
+        return (f"probes{label} {statuses if not after else f'{len(ordered)}'}: "
+                f"p50 {1000 * statistics.median(ordered):.0f} ms, "
+                f"p99 {1000 * p99:.0f} ms, max {1000 * ordered[-1]:.0f} ms, {over[0]} over 100 ms"
+                + (f" (sent at {', '.join(f'{t:.1f}' for t in slow[:12])} s)" if slow else "")
+                + f", {over[1]} over 2 s")
+
+
+def _probe(url: str, every: float, paths: tuple[str, ...], stop, results) -> None:
+    """Probe's loop, in its own process: blocking requests on a new connection each."""
+    parts = urlsplit(url)
+    statuses: dict[str, Counter[str]] = {path: Counter() for path in paths}
+    latencies: list[float] = []
+    sent: list[float] = []  # when each was sent, in seconds from the first
+    due = first = time.monotonic()
+    while not stop.is_set():
+        for path in paths:
+            started = time.perf_counter()
+            sent.append(time.monotonic() - first)
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+            try:
+                connection.request("GET", path)
+                response = connection.getresponse()
+                response.read()
+                outcome = str(response.status)
+            except OSError as exc:
+                outcome = type(exc).__name__
+            finally:
+                connection.close()
+            latencies.append(time.perf_counter() - started)
+            statuses[path][outcome] += 1
+        due += every
+        stop.wait(max(0.0, due - time.monotonic()))
+    results.send(({path: dict(counts) for path, counts in statuses.items()}, latencies, sent))
 
 
 async def capacity(client, texts: list[str], seconds: float) -> tuple[Tally, float]:
@@ -247,19 +271,27 @@ async def capacity(client, texts: list[str], seconds: float) -> tuple[Tally, flo
     return tally, rate
 
 
-async def overload(client, url: str, texts: list[str], seconds: float, rate: float) -> Tally:
+async def overload(client, url: str, texts: list[str], seconds: float, rate: float,
+                   capacity: float) -> Tally:
     """Poisson arrivals at ``rate`` a second, none waiting for another's answer, while /health
-    and /ready are probed as in the html phase (the probes must stay fast with the queue full)."""
+    and /ready are probed as in the html phase (the probes must stay fast with the queue full).
+    Good-put: the 200s a second over the phase, its tail of answers included, against the
+    ``capacity`` phase's rate."""
     tally = Tally("overload")
     pool = random.Random(3)
     started = time.monotonic()
     tasks = []
     due = started
+    full: list[float] = []  # when 429s came, from the phase's start
+
+    async def one(text: str) -> None:
+        if await post(client, tally, {"text": text}) == 429:
+            full.append(time.monotonic() - started)
+
     with Probe(url) as probe:
         while (now := time.monotonic()) < started + seconds:
             while due <= now:  # catch up when the client itself falls behind the schedule
-                tasks.append(asyncio.ensure_future(
-                    post(client, tally, {"text": pool.choice(texts)})))
+                tasks.append(asyncio.ensure_future(one(pool.choice(texts))))
                 due += pool.expovariate(rate)
             await asyncio.sleep(due - now)
         sent = len(tasks)
@@ -267,8 +299,12 @@ async def overload(client, url: str, texts: list[str], seconds: float, rate: flo
     tally.seconds = time.monotonic() - started
     shed = ", ".join(f"{status} {tally.statuses[status]}" for status in ("200", "429", "503"))
     codes = f" ({counted(tally.codes)})" if tally.codes else ""
+    goodput = tally.statuses["200"] / tally.seconds
     tally.note = (f"{rate:.0f} requests/s meant, {sent / seconds:.0f} sent; {shed}{codes}; "
-                  f"{probe.summary()}")
+                  f"good-put {goodput:.0f}/s = {goodput / capacity:.0%} of capacity; "
+                  + probe.summary()
+                  + (f"; the queue full (429s) from {min(full):.1f} s; "
+                     + probe.summary(min(full), " from then") if full else ""))
     return tally
 
 
@@ -661,7 +697,7 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
     if phase == "overload":
         if rate is None:
             _, rate = await capacity(client, texts, args.seconds)
-        return await overload(client, url, texts, args.seconds, 3 * rate)
+        return await overload(client, url, texts, args.seconds, 3 * rate, rate)
     if phase == "largest":
         return await largest(client, texts, args.seconds, args.max_sentences, args.texts)
     if phase == "slow":

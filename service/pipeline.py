@@ -142,6 +142,17 @@ def shed_when_behind(state: ServiceState) -> None:
                             "retry later.", retry_after=max(1, round(lag)))
 
 
+def shed_when_full(state: ServiceState) -> None:
+    """Refuse at once, before the body is read, while the queue has no room for one more
+    sentence: past capacity most requests are refused, and a refusal that parses its body
+    first spends the CPU the accepted ones need."""
+    if state.scheduler is not None:
+        try:
+            state.scheduler.check_room()
+        except QueueFull as exc:
+            raise scheduler_error(exc) from None
+
+
 def check_key(state: ServiceState, http: Request, key: str) -> None:
     """``key`` against the known keys (``service.keys``), when the service asks for keys. An
     address that sent FAILED_KEYS_PER_MINUTE wrong or missing keys is refused without its key
@@ -333,6 +344,7 @@ async def _translate(state: ServiceState, http: Request,
     deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
     settings = state.settings
     shed_when_behind(state)
+    shed_when_full(state)
     request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
     check_texts(request.texts, request.single, settings)
     check_options(request.options, settings)

@@ -359,6 +359,13 @@ class Scheduler:
             self._held += sentences
         return Admission(pair, sentences)
 
+    def check_room(self) -> None:
+        """QueueFull when not one more sentence fits: a request is then refused before its
+        body is read, parsed and split, the cheapest refusal there is."""
+        with self._lock:
+            if self._waiting + self._held >= self._max_queue:
+                raise QueueFull(self._retry_after())
+
     def release(self, admission: Admission) -> None:
         """Give back what is left of an admission's room (nothing once ``translate`` ran)."""
         with self._lock:

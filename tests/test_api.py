@@ -546,6 +546,27 @@ def test_ambiguous_pair(tmp_path: Path) -> None:
     run(main())
 
 
+def test_a_full_queue_refuses_before_reading_the_body(tmp_path: Path) -> None:
+    """Past capacity the refusal is the cheapest one: a 429 before the body is read (here a
+    body that is not even JSON, which would otherwise be a 422)."""
+    app = fake_app(tmp_path, engine_kwargs={"step_s": 0.05}, max_queue=3, max_batch_rows=1)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            running = [asyncio.ensure_future(client.post("/translate", json={"text": f"t{i}"}))
+                       for i in range(4)]
+            scheduler = app.state.service.scheduler
+            while scheduler.queue_depth < 3:
+                await asyncio.sleep(0.005)
+            response = await client.post("/translate", content=b"{not json",
+                                         headers={"content-type": "application/json"})
+            assert_error(response, 429, "queue_full")
+            assert int(response.headers["retry-after"]) >= 1
+            assert [r.status_code for r in await asyncio.gather(*running)] == [200] * 4
+
+    run(main())
+
+
 def test_queue_full_is_429_and_accepted_requests_are_answered(tmp_path: Path) -> None:
     app = fake_app(tmp_path, engine_kwargs={"step_s": 0.005}, max_queue=3, max_batch_rows=1)
 

@@ -24,16 +24,19 @@ source spelled it (``_Spelling``).
 Putting tags back (``render``). The tags in a translation are matched to the segment's own
 in order (a longest common subsequence of their names and kinds), so every tag the model
 kept in order returns, with its original attributes, where the model put it. A tag the model
-dropped, moved out of order or mangled goes back by rule: an opening tag right after the
-tag before it, a closing one right before the tag after it (so the pair wraps at least the
-words between its neighbours), a single tag that followed words right before the tag after
-it or else before the closing punctuation (where ``service.placeholders`` puts an item back),
-with the spaces it had; and a tag the model invented is removed. A tag the model broke
+dropped, moved out of order or mangled goes back by rule: an opening or closing tag at its
+share of the text (as far into the translation as it was into the source), between the tags
+placed before and after it and on the edge of a word (so "Hello <b>world</b>!" translated
+"Hallo Welt!" gets "Hallo <b>Welt</b>!", and a pair dropped in one sentence of a paragraph
+stays in about that sentence rather than spreading to its neighbours' tags), a single tag
+that followed words right before the tag after it or else before the closing punctuation
+(where ``service.placeholders`` puts an item back), another single tag right after the tag
+before it, with the spaces it had; and a tag the model invented is removed. A tag the model broke
 ("https://span>" for "https://</span>", "</b") is first written whole again, so that no piece
 of it is left to show as text. Hence the tags of the output are always exactly the input's,
 in the same order, and the output is as well-formed as the input; when the model reorders
-words, a pair wraps the words the model put inside it or, failing that, the span between its
-neighbours (possibly none: "<b></b>").
+words, a pair wraps the words the model put inside it or, failing that, about as much of the
+text as it wrapped in the source (possibly none: "<b></b>").
 Whitespace inside a segment (line breaks in a paragraph's source) is the caller's to treat
 as spaces when it cuts sentences.
 
@@ -209,17 +212,20 @@ class _Segment:
         kept = _common([_key(m) for m in found], [t.key for t in tags])  # tag -> found
         text, at = _untagged(translation, found, set(kept.values()))
         sides = self._sides()
+        shares = self._shares()
         places = [0] * len(tags)
         for i, tag in enumerate(tags):
             later = [at[kept[j]] for j in range(i + 1, len(tags)) if j in kept]
+            low, high = (places[i - 1] if i else 0), (later[0] if later else len(text))
             if i in kept:
                 places[i] = at[kept[i]]
-            elif tag.key[0] == "close":  # right before the next tag kept
-                places[i] = later[0] if later else len(text)
             elif tag.key[0] == "void" and sides[i][0]:  # after words: as placeholders go back
                 places[i] = later[0] if later else _CLOSING.search(text).start()
-            else:  # right after the tag before
-                places[i] = places[i - 1] if i else 0
+            elif tag.key[0] == "void":  # right after the tag before
+                places[i] = low
+            else:  # where its share of the source puts it, between its neighbours
+                places[i] = _word_edge(text, round(shares[i] * len(text)), low, high,
+                                       tag.key[0] == "open")
         encode = self.spelling.encoder()
         out, start = [], 0
         for i, (tag, place) in enumerate(zip(tags, places, strict=True)):
@@ -231,6 +237,21 @@ class _Segment:
             start = place
         out.append(encode(text[start:]))
         return "".join(out), len(kept), len(tags) - len(kept)
+
+    def _shares(self) -> list[float]:
+        """Per tag, the share of the segment's text that comes before it in the source."""
+        before, counts = 0, []
+        for piece in self.pieces:
+            if isinstance(piece, _Tag):
+                counts.append(before)
+                continue
+            last = 0
+            for m in _TAG.finditer(piece):
+                before += m.start() - last
+                counts.append(before)
+                last = m.end()
+            before += len(piece) - last
+        return [count / max(before, 1) for count in counts]
 
     def _sides(self) -> list[tuple[bool, bool, bool]]:
         """Per tag (as ``tags`` lists them): whether words come before it in the source, and
@@ -254,6 +275,25 @@ class _Segment:
             else:
                 words = words or char.isalnum()
         return sides
+
+
+def _word_edge(text: str, place: int, low: int, high: int, opening: bool) -> int:
+    """``place`` within [low, high] moved to the nearest edge of a word: an opening tag to the
+    start of the word it falls in (or the next), a closing tag to the end of the word before
+    it, so that a tag put back by rule never cuts a word."""
+    place = min(max(place, low), high)
+    if opening:
+        while place > low and not text[place - 1].isspace():
+            place -= 1
+        while place < high and text[place].isspace():
+            place += 1
+    else:
+        while place < high and not text[place - 1 : place].isspace() and place and (
+                text[place].isalnum()):
+            place += 1
+        while place > low and text[place - 1].isspace():
+            place -= 1
+    return place
 
 
 def _spaced(raw: str, text: str, place: int, space_before: bool, space_after: bool) -> str:

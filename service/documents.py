@@ -668,9 +668,11 @@ class DocumentJobs:
             translated: str | bytes
             if job.kind in STRUCTURED:  # read into texts, written back around them
                 read, write = STRUCTURED[job.kind]
-                document, texts = read(text)
+                # Off the event loop: a large office file takes a good part of a second.
+                document, texts = await asyncio.to_thread(read, text)
                 results = await translate(texts) if texts else []
-                translated = write(document, [result.text for result in results])
+                translated = await asyncio.to_thread(
+                    write, document, [result.text for result in results])
             elif job.kind == "html":
                 assert isinstance(text, str)
                 translated = (await translate([text]))[0].text

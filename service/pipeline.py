@@ -142,6 +142,11 @@ def shed_when_behind(state: ServiceState) -> None:
                             "retry later.", retry_after=max(1, round(lag)))
 
 
+# Bodies above this are parsed in a thread: a 50,000-character JSON body parses in a few ms,
+# a thread hop costs ~0.1 ms; a 343,000-character DOCX takes 0.49 s to read (Intel Xeon).
+LARGE_BODY = 100_000
+
+
 def shed_when_full(state: ServiceState) -> None:
     """Refuse at once, before the body is read, while the queue has no room for one more
     sentence: past capacity most requests are refused, and a refusal that parses its body
@@ -173,13 +178,20 @@ def check_key(state: ServiceState, http: Request, key: str) -> None:
 
 
 async def keyed_body(state: ServiceState, http: Request, parse: Callable[[bytes], T],
-                     key: str | None, key_in_body: Callable[[T], str]) -> tuple[T, str]:
+                     key: str | None, key_in_body: Callable[[T], str],
+                     off_loop: bool = False) -> tuple[T, str]:
     """The body read and parsed, and the API key checked: before the body is read when the
     API carries the key in a header (``key``), else as ``key_in_body`` finds it in what
-    ``parse`` made of the body. Returns what ``parse`` made and the key."""
+    ``parse`` made of the body. Returns what ``parse`` made and the key. A large body, or any
+    when ``off_loop`` (an uploaded document, which unpacks to far more than it weighs), is
+    parsed in a thread, so that the event loop keeps answering others meanwhile."""
     if key is not None:
         check_key(state, http, key)
-    parsed = parse(await read_body(http, state.settings))
+    body = await read_body(http, state.settings)
+    if off_loop or len(body) > LARGE_BODY:
+        parsed = await asyncio.to_thread(parse, body)
+    else:
+        parsed = parse(body)
     if key is None:
         key = key_in_body(parsed)
         check_key(state, http, key)
@@ -427,7 +439,8 @@ async def start_document(state: ServiceState, http: Request,
     PipelineErrors for a bad file; its ``document`` names the file, its type and kind."""
     settings = state.settings
     shed_when_behind(state)
-    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
+    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key,
+                                    off_loop=True)
     check_options(request.options, settings)
     require_ready(state)
     pair, _ = resolve_pair(state, request)

@@ -123,18 +123,19 @@ class Settings(BaseSettings):
         "so that others are never refused because of it.",
     )
     requests_per_minute: int = Field(
-        0, ge=0, description="Requests each API key (each client address when API_KEYS is empty) "
-        "may send per minute, as a bucket that refills continuously; past it 429 with "
+        0, ge=0, description="Requests each API key (each client address when no key is asked "
+        "for) may send per minute, as a bucket that refills continuously; past it 429 with "
         "Retry-After. 0 = no limit."
     )
     chars_per_minute: int = Field(
-        0, ge=0, description="Characters each API key (each client address when API_KEYS is "
-        "empty) may send per minute; past it 429 with Retry-After, and 413 for a single request "
-        "over it. 0 = no limit."
+        0, ge=0, description="Characters each API key (each client address when no key is "
+        "asked for) may send per minute; past it 429 with Retry-After, and 413 for a single "
+        "request over it. 0 = no limit."
     )
     usage_limit_chars: int = Field(
-        0, ge=0, description="Characters each API key (each client address when API_KEYS is "
-        "empty) may translate, through every API, in the life of the process; past it 403 "
+        0, ge=0, description="Characters each API key (each client address when no key is "
+        "asked for) may translate, through every API, in the life of the process (for good "
+        "with STATE_URL); past it 403 "
         "quota_exceeded (LibreTranslate's API 403, DeepL's 456; /v2/usage reports it). "
         "0 = no limit."
     )
@@ -186,8 +187,8 @@ class Settings(BaseSettings):
         100_000, ge=1, description="Most entries in one glossary (else 413)."
     )
     max_glossaries: int = Field(
-        1000, ge=1, description="Most glossaries one API key (everyone, when API_KEYS is "
-        "empty) may keep (else 403)."
+        1000, ge=1, description="Most glossaries one API key (everyone, when no key is "
+        "asked for) may keep (else 403)."
     )
     max_document_chars: int = Field(
         500_000, ge=1, description="Most characters in one uploaded document (else 413)."

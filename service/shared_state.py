@@ -101,10 +101,11 @@ class StateStore:
 
         try:
             replies = await self.run(send)
-        except StoreDown as exc:
+        except Exception as exc:  # StoreDown, or anything else: no caller is left waiting
             for _, _, future in queued:
                 if not future.done():
-                    future.set_exception(StoreDown(exc.retry_after))
+                    future.set_exception(StoreDown(exc.retry_after) if isinstance(
+                        exc, StoreDown) else exc)
             return
         for (command, source, future), reply in zip(queued, replies, strict=True):
             if future.done():

@@ -553,16 +553,22 @@ def test_a_full_queue_refuses_before_reading_the_body(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with serving(app) as client:
+            # More than the workers run and the queue holds: the queue fills (the last are
+            # refused themselves).
             running = [asyncio.ensure_future(client.post("/translate", json={"text": f"t{i}"}))
-                       for i in range(4)]
+                       for i in range(8)]
             scheduler = app.state.service.scheduler
-            while scheduler.queue_depth < 3:
+            for _ in range(400):
+                if scheduler.queue_depth >= 3:
+                    break
                 await asyncio.sleep(0.005)
+            assert scheduler.queue_depth >= 3
             response = await client.post("/translate", content=b"{not json",
                                          headers={"content-type": "application/json"})
             assert_error(response, 429, "queue_full")
             assert int(response.headers["retry-after"]) >= 1
-            assert [r.status_code for r in await asyncio.gather(*running)] == [200] * 4
+            statuses = [r.status_code for r in await asyncio.gather(*running)]
+            assert set(statuses) <= {200, 429} and statuses.count(200) >= 3
 
     run(main())
 

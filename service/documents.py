@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import email.parser
 import email.policy
-import hashlib
 import hmac
 import html
 import io
@@ -68,7 +67,7 @@ from lxml import etree
 
 from service import markup
 from service.markdown import read_markdown, write_markdown
-from service.shared_state import PREFIX, StateStore, StoreDown
+from service.shared_state import PREFIX, StateStore, StoreDown, digest
 from service.translator import Pair, TextResult
 
 FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
@@ -706,7 +705,7 @@ class DocumentJobs:
         """The job's record (and, once done, its file) in the shared store."""
         assert self.store is not None
         record = json.dumps({
-            "key": hashlib.sha256(job.document_key.encode()).hexdigest(), "owner": job.owner,
+            "key": digest(job.document_key), "owner": job.owner,
             "filename": job.filename, "kind": job.kind, "media_type": job.media_type,
             "pair": list(job.pair), "characters": job.characters, "status": job.status,
             "error": job.error})
@@ -819,4 +818,4 @@ class DocumentJobs:
 def _key_form(job: DocumentJob, document_key: str) -> str:
     """The key shown, in the form the job holds it: as given for this process's jobs, its
     digest for another replica's."""
-    return document_key if job.local else hashlib.sha256(document_key.encode()).hexdigest()
+    return document_key if job.local else digest(document_key)

@@ -20,7 +20,6 @@ source term has capitals beyond its first letter matches that case only, so "US"
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import sqlite3
@@ -34,7 +33,7 @@ from pathlib import Path
 import redis.asyncio
 import regex
 
-from service.shared_state import PREFIX, StateStore
+from service.shared_state import PREFIX, StateStore, digest
 
 FORMATS = ("tsv", "csv")
 SCHEMA_VERSION = 1  # the glossaries table's layout (PRAGMA user_version)
@@ -200,7 +199,7 @@ class SharedGlossaryStore:
 
     @staticmethod
     def _owned(owner: str) -> str:
-        return f"{PREFIX}glossaries:{hashlib.sha256(owner.encode()).hexdigest()[:32]}"
+        return f"{PREFIX}glossaries:{digest(owner)[:32]}"
 
     async def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
                      owner: str = "") -> Glossary:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
@@ -32,14 +31,10 @@ from pathlib import Path
 
 from service.ratelimit import Caps
 from service.settings import Settings
-from service.shared_state import PREFIX, StateStore, StoreDown
+from service.shared_state import PREFIX, StateStore, StoreDown, digest
 
 log = logging.getLogger("service")
 _TABLE = f"{PREFIX}keys"  # a Redis hash: the key's SHA-256 -> its record as JSON
-
-
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from fastapi import Request
 
 from service.documents import DocumentJob
 from service.glossary import GlossaryError, GlossaryStore, SharedGlossaryStore, Terms, valid_id
-from service.keys import digest
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
@@ -41,6 +40,7 @@ from service.scheduler import (
     WorkerRestarted,
 )
 from service.settings import Settings
+from service.shared_state import digest
 from service.state import ServiceState
 from service.translator import InvalidOption, Pair, TextResult, TranslateOptions, fixed_options
 
@@ -394,7 +394,7 @@ def glossary_owner(state: ServiceState, key: str) -> str:
 
 
 async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pair, key: str,
-                  ) -> TranslateOptions:
+                        ) -> TranslateOptions:
     """The request's options with its glossary's terms (``service.glossary``): the stored
     glossary it names, which must be its caller's and of its pair, or the entries it gives."""
     if request.glossary_id is None and request.glossary is None:

@@ -40,6 +40,12 @@ PREFIX = "nmt:"  # every key this service writes, so one Redis can hold other th
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 8.0
 
 
+def digest(secret: str) -> str:
+    """What the store keeps of a secret (an API key, a document key, a glossary's owner): its
+    SHA-256, so that neither the store nor a dump of it gives one away."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
 class StoreDown(Exception):
     """The state store did not answer (down, slow, or within its back-off)."""
 

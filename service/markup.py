@@ -211,8 +211,8 @@ class _Segment:
         found = list(_TAG.finditer(translation))
         kept = _common([_key(m) for m in found], [t.key for t in tags])  # tag -> found
         text, at = _untagged(translation, found, set(kept.values()))
-        sides = self._sides()
-        shares = self._shares()
+        flat = self._flat()
+        sides, shares = self._sides(flat), self._shares(flat)
         places = [0] * len(tags)
         for i, tag in enumerate(tags):
             later = [at[kept[j]] for j in range(i + 1, len(tags)) if j in kept]
@@ -238,25 +238,9 @@ class _Segment:
         out.append(encode(text[start:]))
         return "".join(out), len(kept), len(tags) - len(kept)
 
-    def _shares(self) -> list[float]:
-        """Per tag, the share of the segment's text that comes before it in the source."""
-        before, counts = 0, []
-        for piece in self.pieces:
-            if isinstance(piece, _Tag):
-                counts.append(before)
-                continue
-            last = 0
-            for m in _TAG.finditer(piece):
-                before += m.start() - last
-                counts.append(before)
-                last = m.end()
-            before += len(piece) - last
-        return [count / max(before, 1) for count in counts]
-
-    def _sides(self) -> list[tuple[bool, bool, bool]]:
-        """Per tag (as ``tags`` lists them): whether words come before it in the source, and
-        whether whitespace is right before it and right after it."""
-        flat: list[str | None] = []  # the source's characters, None for each tag
+    def _flat(self) -> list[str | None]:
+        """The source's characters, None for each tag (as ``tags`` lists them)."""
+        flat: list[str | None] = []
         for piece in self.pieces:
             if isinstance(piece, _Tag):
                 flat.append(None)
@@ -266,6 +250,21 @@ class _Segment:
                 flat += [*piece[last : m.start()], None]
                 last = m.end()
             flat += piece[last:]
+        return flat
+
+    def _shares(self, flat: list[str | None]) -> list[float]:
+        """Per tag, the share of the segment's text that comes before it in the source."""
+        before, counts = 0, []
+        for char in flat:
+            if char is None:
+                counts.append(before)
+            else:
+                before += 1
+        return [count / max(before, 1) for count in counts]
+
+    def _sides(self, flat: list[str | None]) -> list[tuple[bool, bool, bool]]:
+        """Per tag: whether words come before it in the source, and whether whitespace is
+        right before it and right after it."""
         sides, words = [], False
         for k, char in enumerate(flat):
             if char is None:

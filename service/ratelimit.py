@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis.asyncio
-
 from service.shared_state import PREFIX, StateStore, StoreDown
 
 # Buckets of clients idle for a minute are full again and carry no state: past this many
@@ -231,8 +229,7 @@ class Usage:
         if self.store is not None:
             try:
                 await self._flush()
-                stored = await self.store.run(lambda r: r.hget(f"{PREFIX}usage", client))
-                return int(stored or 0)
+                return int(await self.store.command("HGET", f"{PREFIX}usage", client) or 0)
             except StoreDown:
                 pass
         with self._lock:
@@ -269,23 +266,20 @@ class Usage:
                 await self._flush()
 
     async def _flush(self) -> None:
-        """The counts not yet in the store, added in one round trip."""
+        """The counts not yet in the store, added in one round trip (the store's pipeline of
+        one event-loop turn)."""
         assert self.store is not None
         with self._lock:
             pending, self._pending = self._pending, {}
         if not pending:
             return
-
-        async def add(r: redis.asyncio.Redis) -> list:
-            async with r.pipeline(transaction=False) as pipe:
-                for client, characters in pending.items():
-                    pipe.hincrby(f"{PREFIX}usage", client, characters)
-                return await pipe.execute()
-
-        try:
-            await self.store.run(add)
-        except StoreDown:
+        added = await asyncio.gather(
+            *(self.store.command("HINCRBY", f"{PREFIX}usage", client, characters)
+              for client, characters in pending.items()), return_exceptions=True)
+        failed = [(client, characters, outcome) for (client, characters), outcome
+                  in zip(pending.items(), added, strict=True) if isinstance(outcome, Exception)]
+        if failed:
             with self._lock:  # kept for the next try
-                for client, characters in pending.items():
+                for client, characters, _ in failed:
                     self._pending[client] = self._pending.get(client, 0) + characters
-            raise
+            raise failed[0][2]

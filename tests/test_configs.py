@@ -34,12 +34,14 @@ def test_an_ablation_changes_one_thing(path: Path) -> None:
         != [s.weight for s in default.data.sources],
         "filters": ablation.data.filters != default.data.filters,
         "model": ablation.model != default.model,
+        "spelled numbers": ablation.data.spell_numbers != default.data.spell_numbers,
     }
     assert sum(changed.values()) == 1, changed
-    if changed["filters"]:
+    if changed["filters"] or changed["spelled numbers"]:
         # Filters decide which pairs a fresh draw sees: the default run's dev/test must be
         # reused, or the ablation would be scored on other sentences.
-        assert ablation.data.heldout_from == default.data.out_dir
+        # (The base's own dev/test, or those it reuses itself.)
+        assert ablation.data.heldout_from == (default.data.heldout_from or default.data.out_dir)
     if changed["model"]:
         # A model ablation trains on the default run's prepared data as it is.
         assert ablation.data == default.data
@@ -49,7 +51,7 @@ def test_an_ablation_changes_one_thing(path: Path) -> None:
 
     def without_the_experiment(config):
         data = dataclasses.replace(config.data, sources=[], out_dir="", heldout_from="",
-                                   filters=None)
+                                   filters=None, spell_numbers=0)
         return dataclasses.replace(config, data=data, model=None,
                                    train=dataclasses.replace(config.train, out_dir=""))
 

@@ -17,6 +17,7 @@ from training.corpus import (
     read_pairs,
     read_tsv,
 )
+from training.number_words import spell_out
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OVERFIT = FIXTURES / "overfit.tsv"
@@ -482,3 +483,63 @@ def test_a_train_only_ratio_keeps_dev_and_test_and_counts_what_it_drops(tmp_path
     assert all((max(len(s), len(t)) + 1) / (min(len(s), len(t)) + 1) > 1.3 for s, t in dropped)
     assert report["total"]["train_ratio"] == len(dropped)
     assert "tr.ratio" in format_report(report)
+
+
+# --- numbers spelled out -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "target", "expected"), [
+    ("The airport is 20 kilometres away.", "Der Flughafen ist 20 Kilometer entfernt.",
+     ("The airport is twenty kilometres away.", "Der Flughafen ist zwanzig Kilometer entfernt.")),
+    ("21 people came.", "21 Leute kamen.",
+     ("Twenty-one people came.", "Einundzwanzig Leute kamen.")),
+    ("He waited 31 days.", "Er wartete 31 Tage.", ("He waited thirty-one days.",
+                                                  "Er wartete einunddreißig Tage.")),
+])
+def test_spell_out_writes_the_number_in_words_on_both_sides(source, target, expected):
+    assert spell_out(source, target, "en", "de") == expected
+
+
+@pytest.mark.parametrize(("source", "target"), [
+    ("Wait 1 minute.", "Warte 1 Minute."),  # "eine Minute": the form agrees with the noun
+    ("Wait 100 minutes.", "Warte 100 Minuten."),  # outside 2-99
+    ("It costs 3.5 euros.", "Es kostet 3,5 Euro."),  # a decimal
+    ("Meet at 10:30 tonight.", "Treffen um 10:30 heute Abend."),  # a time
+    ("See chapter 5 for details.", "Siehe Kapitel 5 für Details."),  # a label
+    ("Translations for Qt 5 widgets", "Übersetzungen für Qt 5 Widgets"),  # a name
+    ("Between 5 and 10 minutes.", "Zwischen 5 und 10 Minuten."),  # two numbers
+    ("Buy 20 apples.", "Kaufe 30 Äpfel."),  # the sides disagree
+    ("The limit is 20.", "Die Grenze ist 20."),  # counts nothing
+    ("Press crypt(3) now.", "Drücke crypt(3) jetzt."),  # glued to a word
+])
+def test_spell_out_leaves_pairs_whose_number_is_not_a_plain_count(source, target):
+    assert spell_out(source, target, "en", "de") is None
+
+
+def test_spell_out_can_put_another_number_in_its_place():
+    assert spell_out("I have 3 cats.", "Ich habe 3 Katzen.", "en", "de", number=45) == (
+        "I have forty-five cats.", "Ich habe fünfundvierzig Katzen.")
+
+
+def test_prepare_adds_spelled_out_copies_to_train_only(tmp_path):
+    counts = [f"We saw {n} {_word(n)} birds today.\tWir sahen heute {n} {_word(n)} Vögel.\n"
+              for n in range(2, 42)]
+    path = tmp_path / "counts.tsv"
+    path.write_text("".join(counts), encoding="utf-8")
+    config = _config(tmp_path, SourceFile(str(path)), SourceFile(str(OVERFIT)), dev_size=5,
+                     test_size=5, spell_numbers=3)
+    report = prepare_corpus(config, progress=False)
+    splits = _splits(config)
+
+    def has_digit(pair: tuple[str, str]) -> bool:
+        return any(ch.isdigit() for ch in pair[1])
+
+    counted = [pair for pair in splits["train"] if " sahen heute " in pair[1]]
+    numbered = [pair for pair in counted if has_digit(pair)]
+    spelled = Counter(pair for pair in counted if not has_digit(pair))
+    assert sum(spelled.values()) == 3 * len(numbered) == report["splits"]["spelled_numbers"]
+    for source, target in numbered:  # the first copy keeps its number
+        assert spelled[spell_out(source, target, "en", "de")] >= 1
+    held = [pair for pair in splits["dev"] + splits["test"] if " sahen heute " in pair[1]]
+    assert held and all(has_digit(pair) for pair in held)  # dev and test stay as they were
+    assert len(splits["train"]) == report["splits"]["train_weighted"]

@@ -70,6 +70,10 @@ class DataConfig:
     # {"dialogue": ["games-dialogue", "cataclysm-dda"]}; a source is named by its file name
     # without the .tsv/.gz/.xz suffixes.
     domains: dict[str, list[str]] = field(default_factory=dict)
+    # Copies added to train of each train pair whose one number (2-99) both sides share, with
+    # it spelled out ("twenty minutes" / "zwanzig Minuten"; training.number_words): the
+    # first with its own number, the others with numbers drawn at random. 0: none.
+    spell_numbers: int = 0
 
 
 @dataclass

@@ -456,6 +456,12 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
             copies += 1
         weighted.extend([i] * copies)
         per_file[origin[i]]["train_weighted"] += copies
+    spelled = _spelled_numbers(config, [(sources[i], targets[i]) for i in train])
+    first_spelled = len(sources)
+    for src, tgt in spelled:
+        sources.append(src)
+        targets.append(tgt)
+    weighted.extend(range(first_spelled, len(sources)))
     # Shuffled once here so that train.tsv is not in file order: sampled subsets of it (the
     # vocabulary trainer's, a quick look with head) then see every source.
     random.Random(config.seed).shuffle(weighted)
@@ -472,7 +478,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
         "files": {source.path: counts for source, counts in zip(config.sources, per_file,
                                                                 strict=True)},
         "total": total,
-        "splits": {"train": len(train), "train_weighted": len(weighted), "dev": len(dev_pairs),
+        "splits": {"train": len(train), "train_weighted": len(weighted),
+                   "spelled_numbers": len(spelled), "dev": len(dev_pairs),
                    "test": len(test_pairs)},
         "components": {**component_stats, "max_heldout_component": MAX_HELDOUT_COMPONENT},
         "config": dataclasses.asdict(config),
@@ -486,6 +493,27 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     else:
         logger.info("\n%s", table)
     return report
+
+
+def _spelled_numbers(config: DataConfig, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``config.spell_numbers`` copies of each pair that ``spell_out`` takes, the first with
+    its own number, the others with numbers drawn (seeded) from the range it spells."""
+    if config.spell_numbers <= 0:
+        return []
+    from training.number_words import LARGEST, SMALLEST, spell_out
+
+    draw = random.Random(f"{config.seed}/spell_numbers")
+    added = []
+    for src, tgt in pairs:
+        for copy in range(config.spell_numbers):
+            number = None if copy == 0 else draw.randint(SMALLEST, LARGEST)
+            pair = spell_out(src, tgt, config.source_lang, config.target_lang, number)
+            if pair is None:
+                break
+            added.append(pair)
+    logger.info("spelled out the numbers of %d train pairs (%d lines)",
+                len(added) // max(config.spell_numbers, 1), len(added))
+    return added
 
 
 _COLUMNS = (
@@ -532,9 +560,11 @@ def format_report(report: dict) -> str:
     lines = [render(header), rule, *(render(r) for r in cells[:-1]), rule, render(cells[-1])]
     splits = report["splits"]
     comps = report["components"]
+    spelled = (f", {splits['spelled_numbers']:,} of them with numbers spelled out"
+               if splits.get("spelled_numbers") else "")
     lines.append(
         f"splits: train {splits['train']:,} distinct pairs ({splits['train_weighted']:,} lines "
-        f"after weighting), dev {splits['dev']:,}, test {splits['test']:,}; "
+        f"after weighting{spelled}), dev {splits['dev']:,}, test {splits['test']:,}; "
         f"{comps['components']:,} components, largest {comps['largest_component']:,} pairs"
     )
     config = report.get("config", {})

@@ -42,7 +42,14 @@ from service.scheduler import (
 from service.settings import Settings
 from service.shared_state import digest
 from service.state import ServiceState
-from service.translator import InvalidOption, Pair, TextResult, TranslateOptions, fixed_options
+from service.translator import (
+    InvalidOption,
+    Pair,
+    SentenceResult,
+    TextResult,
+    TranslateOptions,
+    fixed_options,
+)
 
 T = TypeVar("T")
 DEFAULT_PAIR: Pair = ("en", "de")  # the tie-breaker when several loaded pairs would fit
@@ -254,12 +261,31 @@ def _code(language: str | None) -> str | None:
     return language.strip().lower() or None if language is not None else None
 
 
+# A text counts as written in the target language when the detector gives that language at
+# least this probability and more than any source language; below it (a word that reads as
+# either, such as "Hotel") it is translated.
+SAME_LANGUAGE_CONFIDENCE = 0.5
+
+
+async def untranslated(texts: Sequence[str], options: TranslateOptions) -> list[TextResult]:
+    """Texts already in the target language, in a translation's shape: each as it is, its
+    score 0 (certain), no alternatives, one sentence when sentences are asked for."""
+    return [TextResult(
+        text,
+        score=0.0 if options.return_scores else None,
+        alternatives=[] if options.num_alternatives else None,
+        sentences=[SentenceResult(text, text)] if options.return_sentences else None,
+        separators=["", ""] if options.return_sentences else None,
+    ) for text in texts]
+
+
 def resolve_pair(state: ServiceState, request: PipelineRequest,
                  ) -> tuple[Pair, tuple[str, float] | None]:
     """The pair a request means (a loaded one, else one two loaded bundles serve through
     English unless the request refuses pivoting), and the detected source with its confidence
     when it was detected. Omitted languages are inferred when only one pair fits, and default
-    to en and de when several do."""
+    to en and de when several do. A text detected in the target language gets the pair
+    (target, target): it is returned unchanged (``untranslated``)."""
     pivots = state.pivots if request.pivot else {}
     engines = [*state.engines, *pivots]
     source, target = _code(request.source), _code(request.target)
@@ -271,7 +297,13 @@ def resolve_pair(state: ServiceState, request: PipelineRequest,
     detected = None
     sources = sorted({pair[0] for pair in fits})
     if detect and sources:
-        ranked = state.detect_languages(request.texts, sources)
+        # The target language is a candidate too: a text already in it comes back as it is
+        # (DeepL's answer), not read as the loaded source language and mangled.
+        asked = sources if target is None or target in sources else [*sources, target]
+        ranked = state.detect_languages(request.texts, asked)
+        if ranked and ranked[0][0] == target and ranked[0][1] >= SAME_LANGUAGE_CONFIDENCE:
+            return (target, target), ranked[0]
+        ranked = [answer for answer in ranked if answer[0] in sources]
         # Text with no letters: the first candidate with no confidence, as LibreTranslate does.
         detected = ranked[0] if ranked else (sources[0], 0.0)
         fits = [pair for pair in fits if pair[0] == detected[0]]
@@ -362,14 +394,16 @@ async def _translate(state: ServiceState, http: Request,
     check_options(request.options, settings)
     require_ready(state)
     pair, detected = resolve_pair(state, request)
-    options = await with_glossary(state, request, pair, key)
+    same = pair[0] == pair[1]  # already in the target language: no glossary applies
+    options = request.options if same else await with_glossary(state, request, pair, key)
     client = client_of(state, http, key)
     characters = sum(map(len, request.texts))
     await take_rate(state, client, characters, key)
     translator = state.translator
     assert translator is not None  # ready implies a translator
-    work = translator.translate(request.texts, pair, options, deadline=deadline,
-                                request_id=request_id)
+    work = (untranslated(request.texts, options) if same else
+            translator.translate(request.texts, pair, options, deadline=deadline,
+                                 request_id=request_id))
     try:
         results = await unless_disconnected(http, work)
     except SchedulerError as exc:
@@ -444,7 +478,8 @@ async def start_document(state: ServiceState, http: Request,
     check_options(request.options, settings)
     require_ready(state)
     pair, _ = resolve_pair(state, request)
-    options = await with_glossary(state, request, pair, key)
+    same = pair[0] == pair[1]  # already in the target language (resolve_pair)
+    options = request.options if same else await with_glossary(state, request, pair, key)
     if state.documents.full():
         raise PipelineError("queue_full", f"{settings.max_documents} documents are being "
                             "translated or waiting for their download (MAX_DOCUMENTS); retry "
@@ -461,7 +496,8 @@ async def start_document(state: ServiceState, http: Request,
     job = await state.documents.start(
         glossary_owner(state, key), filename, kind, media_type, pair,
         request.document_data if request.document_data is not None else text,
-        lambda texts: translator.translate_many(texts, pair, options, background=True),
+        (lambda texts: untranslated(texts, options)) if same else
+        (lambda texts: translator.translate_many(texts, pair, options, background=True)),
         len(text))
     return job, request
 

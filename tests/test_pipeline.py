@@ -363,6 +363,46 @@ def test_detection_in_every_api(tmp_path: Path) -> None:
     run(main())
 
 
+def test_text_already_in_the_target_language_comes_back_unchanged(tmp_path: Path) -> None:
+    """Left to detection, a text written in the target language is returned as it is, with
+    that language as the detected one, in each API (as DeepL answers), instead of being read
+    as the loaded source language; an English text beside it is still translated."""
+    app = fake_app(tmp_path, "en-de")
+    german = "Das ist ein ganz normaler deutscher Satz über das Wetter und den Garten."
+    english = "This is a perfectly ordinary English sentence about the weather and the garden."
+
+    async def main() -> None:
+        async with serving(app) as client:
+            deepl = await client.post("/v2/translate", json={"text": [german],
+                                                              "target_lang": "DE"})
+            assert deepl.json()["translations"][0] == {
+                "detected_source_language": "DE", "text": german,
+                "billed_characters": len(german)}, deepl.text
+            deepl = await client.post("/v2/translate", json={"text": [english],
+                                                              "target_lang": "DE"})
+            answer = deepl.json()["translations"][0]
+            assert answer["detected_source_language"] == "EN"
+            assert answer["text"] == english.upper()  # the fake engine's translation
+            libre = await client.post("/libretranslate/translate", json={
+                "q": german, "source": "auto", "target": "de", "alternatives": 2})
+            assert libre.json()["translatedText"] == german, libre.text
+            assert libre.json()["detectedLanguage"]["language"] == "de"
+            assert libre.json()["alternatives"] == []
+            native = await client.post("/translate", json={
+                "text": german, "source_lang": "auto", "target_lang": "de",
+                "return_sentences": True, "return_scores": True})
+            body = native.json()
+            assert (body["source_lang"], body["target_lang"]) == ("de", "de"), native.text
+            assert body["translations"][0]["text"] == german
+            assert body["translations"][0]["sentences"] == [{"source": german, "text": german}]
+            # Named explicitly, a pair no bundle serves is still refused.
+            refused = await client.post("/translate", json={
+                "text": german, "source_lang": "de", "target_lang": "de"})
+            assert refused.status_code == 422
+
+    run(main())
+
+
 def test_a_pair_served_through_english_in_every_api(tmp_path: Path) -> None:
     """fr->de with bundles fr-en and en-de: two legs (each engine sees its own), listed as
     pivoted, refused when the request says so, and never chosen over a bundle of its own."""

@@ -35,9 +35,10 @@ def test_an_ablation_changes_one_thing(path: Path) -> None:
         "filters": ablation.data.filters != default.data.filters,
         "model": ablation.model != default.model,
         "spelled numbers": ablation.data.spell_numbers != default.data.spell_numbers,
+        "swapped places": ablation.data.swap_places != default.data.swap_places,
     }
     assert sum(changed.values()) == 1, changed
-    if changed["filters"] or changed["spelled numbers"]:
+    if changed["filters"] or changed["spelled numbers"] or changed["swapped places"]:
         # Filters decide which pairs a fresh draw sees: the default run's dev/test must be
         # reused, or the ablation would be scored on other sentences.
         # (The base's own dev/test, or those it reuses itself.)
@@ -51,7 +52,8 @@ def test_an_ablation_changes_one_thing(path: Path) -> None:
 
     def without_the_experiment(config):
         data = dataclasses.replace(config.data, sources=[], out_dir="", heldout_from="",
-                                   filters=None, spell_numbers=0)
+                                   filters=None, spell_numbers=0, swap_places=0,
+                                   place_names="", swap_places_skip=[])
         return dataclasses.replace(config, data=data, model=None,
                                    train=dataclasses.replace(config.train, out_dir=""))
 

@@ -1,6 +1,7 @@
 import gzip
 import json
 import lzma
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from training.corpus import (
     read_tsv,
 )
 from training.number_words import spell_out
+from training.place_names import PlaceSwapper
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OVERFIT = FIXTURES / "overfit.tsv"
@@ -543,3 +545,73 @@ def test_prepare_adds_spelled_out_copies_to_train_only(tmp_path):
     held = [pair for pair in splits["dev"] + splits["test"] if " sahen heute " in pair[1]]
     assert held and all(has_digit(pair) for pair in held)  # dev and test stay as they were
     assert len(splits["train"]) == report["splits"]["train_weighted"]
+
+
+# --- places swapped ----------------------------------------------------------------------------
+
+GAZETTEER = [
+    ("London", "London"), ("Berlin", "Berlin"), ("Vienna", "Wien"), ("Munich", "München"),
+    ("Kalamáta", "Kalamata"),  # differs by an accent only: not an exonym
+    ("Switzerland", "Schweiz"),  # "in die Schweiz": takes an article
+    ("Hamilton (Bermuda)", "Hamilton (Bermuda)"),  # a qualified catalogue entry
+    ("Argostólion", "Argostoli"),  # nobody writes it: not in the corpus
+]
+USED = [("I live in Vienna.", "Ich wohne in Wien."), ("Munich is big.", "München ist groß."),
+        ("Vienna again.", "Wieder Wien."), ("Munich again.", "Wieder München.")]
+
+
+def _swapper() -> PlaceSwapper:
+    return PlaceSwapper(GAZETTEER, "de", corpus=USED)
+
+
+def test_place_swapper_keeps_the_exonyms_the_corpus_uses():
+    swapper = _swapper()
+    assert swapper.exonyms == [("Munich", "München"), ("Vienna", "Wien")]
+    assert PlaceSwapper(GAZETTEER, "de").exonyms == [  # without a corpus: all that differ
+        ("Argostólion", "Argostoli"), ("Munich", "München"), ("Vienna", "Wien")]
+    assert not PlaceSwapper(GAZETTEER, "xx").active  # no prepositions known for it
+
+
+def test_place_swapper_puts_an_exonym_in_both_sides():
+    swapped = _swapper().swap("We are flying to London tomorrow.",
+                              "Wir fliegen morgen nach London.", random.Random(1))
+    assert swapped in {("We are flying to Vienna tomorrow.", "Wir fliegen morgen nach Wien."),
+                       ("We are flying to Munich tomorrow.", "Wir fliegen morgen nach München.")}
+
+
+@pytest.mark.parametrize(("source", "target"), [
+    ("London is big.", "London ist groß."),  # no preposition before it
+    ("From London to Berlin.", "Von London nach Berlin."),  # two places
+    ("He went to London.", "Er fuhr nach Paris."),  # the sides disagree
+    ("Ask in London Software.", "Frag bei London Software."),  # a company's name
+    ("Hamilton (city in London)", "Hamilton (Stadt in London)"),  # a catalogue template
+    ("The University of London", "Die Universität von London"),  # "of": more than a place
+])
+def test_place_swapper_leaves_pairs_it_cannot_swap_safely(source, target):
+    assert _swapper().swap(source, target, random.Random(1)) is None
+
+
+def test_prepare_adds_place_swapped_copies_to_train_only(tmp_path):
+    gazetteer = tmp_path / "places.tsv"
+    gazetteer.write_text("".join(f"{e}\t{t}\n" for e, t in GAZETTEER), encoding="utf-8")
+    trips = tmp_path / "trips.tsv"
+    trips.write_text("".join(
+        f"Trip {_word(n)} goes to London.\tReise {_word(n)} geht nach London.\n"
+        for n in range(30)) + "".join(f"{s}\t{t}\n" for s, t in USED), encoding="utf-8")
+    config = _config(tmp_path, SourceFile(str(trips)), SourceFile(str(OVERFIT)), dev_size=5,
+                     test_size=5, swap_places=2, place_names=str(gazetteer))
+    report = prepare_corpus(config, progress=False)
+    splits = _splits(config)
+    # The fixture's "lives in Berlin" qualifies too.
+    places = [p for p in splits["train"] if p[0].endswith(("to London.", "in Berlin."))]
+    swapped = [p for p in splits["train"]
+               if p not in USED and any(name in p[1] for name in ("Wien", "München"))]
+    assert len(swapped) == 2 * len(places) == report["splits"]["swapped_places"] > 0
+    assert ("Trip aaa goes to Vienna.", "Reise aaa geht nach Wien.") in swapped or (
+        "Trip aaa goes to Munich.", "Reise aaa geht nach München.") in swapped or (
+        ("Trip aaa goes to London.", "Reise aaa geht nach London.") not in splits["train"])
+    assert report["splits"]["train_weighted"] == len(splits["train"]) == (
+        report["splits"]["train"] + len(swapped))
+    held = [p for p in splits["dev"] + splits["test"] if p[0].startswith("Trip ")]
+    assert held and all("London" in p[0] for p in held)  # dev and test stay as they were
+    assert "with places swapped" in format_report(report)

@@ -169,6 +169,12 @@ licence = "each package's own"
 packages = ["app-data", "not-in-the-folder"]
 
 [[sources]]
+name = "place-names"
+kind = "gettext"
+include = ["iso_"]
+packages = ["app-data"]
+
+[[sources]]
 name = "games-dialogue"
 kind = "gettext"
 packages = ["game-data"]
@@ -229,6 +235,7 @@ def test_corpus_de(debs: Path, lists: Path, recipe: Path, tmp_path: Path) -> Non
     assert not any("ouvrir" in tgt.lower() for _, tgt in software)
     assert len(software) == len(set(software)) == 9
 
+    assert _pairs(out / "place-names.tsv.xz") == [("Germany", "Deutschland")]  # iso_* only
     assert _pairs(out / "games-dialogue.tsv.xz") == [("Hello, traveller!", "Hallo, Reisender!")]
     assert _pairs(out / "ding-phrases.tsv.xz") == [
         ("eel", "Aal"), ("boiled eel", "Aal grün"), ("money", "Geld")]  # "A"="A" dropped
@@ -249,7 +256,7 @@ def test_corpus_de(debs: Path, lists: Path, recipe: Path, tmp_path: Path) -> Non
     assert app[0]["package"] == "app-data" and app[0]["version"] == "1.0-1"
     assert app[1] == {"package": "not-in-the-folder", "missing": True}
     assert by_name["gettext-software"]["pairs"] == 9
-    assert report["total"] == 9 + 1 + 3 + 1 + 4
+    assert report["total"] == 9 + 1 + 1 + 3 + 1 + 4
 
     saved = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert saved["target_lang"] == "de" and saved["total"] == report["total"]

@@ -74,6 +74,15 @@ class DataConfig:
     # it spelled out ("twenty minutes" / "zwanzig Minuten"; training.number_words): the
     # first with its own number, the others with numbers drawn at random. 0: none.
     spell_numbers: int = 0
+    # Copies added to train of each train pair that names one place spelled alike in both
+    # languages ("to London" / "nach London"), the place swapped for one the target language
+    # names differently ("Vienna" / "Wien"), drawn from the gazetteer ``place_names`` (an
+    # English<TAB>target file: the recipe's place-names; training.place_names). Pairs of
+    # sources whose path holds one of ``swap_places_skip`` are never used (Bible verses name
+    # people and places alike). 0: none.
+    swap_places: int = 0
+    place_names: str = ""
+    swap_places_skip: list[str] = field(default_factory=list)
 
 
 @dataclass

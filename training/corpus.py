@@ -456,9 +456,13 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
             copies += 1
         weighted.extend([i] * copies)
         per_file[origin[i]]["train_weighted"] += copies
-    spelled = _spelled_numbers(config, [(sources[i], targets[i]) for i in train])
+    train_pairs = [(sources[i], targets[i]) for i in train]
+    spelled = _spelled_numbers(config, train_pairs)
+    swapped = _swapped_places(config, train_pairs, [
+        (sources[i], targets[i]) for i in train
+        if not any(part in config.sources[origin[i]].path for part in config.swap_places_skip)])
     first_spelled = len(sources)
-    for src, tgt in spelled:
+    for src, tgt in spelled + swapped:
         sources.append(src)
         targets.append(tgt)
     weighted.extend(range(first_spelled, len(sources)))
@@ -479,7 +483,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
                                                                 strict=True)},
         "total": total,
         "splits": {"train": len(train), "train_weighted": len(weighted),
-                   "spelled_numbers": len(spelled), "dev": len(dev_pairs),
+                   "spelled_numbers": len(spelled), "swapped_places": len(swapped),
+                   "dev": len(dev_pairs),
                    "test": len(test_pairs)},
         "components": {**component_stats, "max_heldout_component": MAX_HELDOUT_COMPONENT},
         "config": dataclasses.asdict(config),
@@ -513,6 +518,35 @@ def _spelled_numbers(config: DataConfig, pairs: list[tuple[str, str]]) -> list[t
             added.append(pair)
     logger.info("spelled out the numbers of %d train pairs (%d lines)",
                 len(added) // max(config.spell_numbers, 1), len(added))
+    return added
+
+
+def _swapped_places(config: DataConfig, train: list[tuple[str, str]],
+                    pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``config.swap_places`` copies of each of ``pairs`` whose place ``PlaceSwapper`` can swap,
+    each with a place drawn (seeded) from the gazetteer ``config.place_names``, of those
+    ``train`` itself uses."""
+    if config.swap_places <= 0:
+        return []
+    if not config.place_names:
+        raise ValueError("data.swap_places needs data.place_names (a gazetteer file)")
+    from training.place_names import PlaceSwapper
+
+    swapper = PlaceSwapper(read_pairs(config.place_names, config.source_lang,
+                                      config.target_lang), config.target_lang, corpus=train)
+    if not swapper.active:
+        logger.warning("data.swap_places: no places to swap for %s in %s", config.target_lang,
+                       config.place_names)
+    draw = random.Random(f"{config.seed}/swap_places")
+    added = []
+    for src, tgt in pairs:
+        for _ in range(config.swap_places):
+            pair = swapper.swap(src, tgt, draw)
+            if pair is None:
+                break
+            added.append(pair)
+    logger.info("swapped the places of %d train pairs (%d lines)",
+                len(added) // config.swap_places, len(added))
     return added
 
 
@@ -560,8 +594,9 @@ def format_report(report: dict) -> str:
     lines = [render(header), rule, *(render(r) for r in cells[:-1]), rule, render(cells[-1])]
     splits = report["splits"]
     comps = report["components"]
-    spelled = (f", {splits['spelled_numbers']:,} of them with numbers spelled out"
-               if splits.get("spelled_numbers") else "")
+    spelled = "".join(f", {splits[key]:,} of them {what}" for key, what in (
+        ("spelled_numbers", "with numbers spelled out"), ("swapped_places", "with places swapped"))
+        if splits.get(key))
     lines.append(
         f"splits: train {splits['train']:,} distinct pairs ({splits['train_weighted']:,} lines "
         f"after weighting{spelled}), dev {splits['dev']:,}, test {splits['test']:,}; "

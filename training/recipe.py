@@ -63,6 +63,7 @@ class SourceSpec:
     languages: list[str] = field(default_factory=list)  # empty: any the packages hold
     part: str = ""  # ding: "sentences" | "phrases"
     exclude: list[str] = field(default_factory=list)  # catalog-name prefixes to leave out
+    include: list[str] = field(default_factory=list)  # catalog-name prefixes to keep (all)
     # Packages whose "_"/"&" are not mnemonics (Dink's "&var" variables): kept as they are.
     keep_mnemonics: list[str] = field(default_factory=list)
 
@@ -433,7 +434,9 @@ def build_gettext(spec: SourceSpec, lang: str, packages: PackageSource,
             continue
         members = dict(deb_members(
             deb, lambda p: (is_catalog(p, lang)
-                            and not any(Path(p).name.startswith(x) for x in spec.exclude))
+                            and not any(Path(p).name.startswith(x) for x in spec.exclude)
+                            and (not spec.include
+                                 or any(Path(p).name.startswith(x) for x in spec.include)))
             or p.endswith("/copyright")))
         record = _package_record(deb, members, spec)
         catalogs = sorted(p for p in members if not p.endswith("/copyright"))

@@ -1,0 +1,123 @@
+"""Training pairs with a place name swapped for one the target language names differently:
+"a school visit to London" / "mit der Schule nach London" also as "... to Vienna" / "... nach
+Wien".
+
+Why: a place the corpus names is almost always spelled alike in both languages (London,
+Berlin, Paris), so the model learns to copy place names, and copies the ones German names
+otherwise ("Vienna", "Munich": the model card's exonym probes). The names come from a
+gazetteer, English -> target pairs (the recipe's ``place-names``: GNOME's weather locations
+catalog, thousands of cities, regions and countries). A pair qualifies when its source names
+one place of the gazetteer, after a preposition ("to London"), that the target spells alike
+after one of its own ("nach London"); each copy puts a place in its stead whose target name
+differs from the English one by more than accents ("Vienna" / "Wien", not "Kalamáta" /
+"Kalamata"). Target names that take an article ("die Schweiz", "die Türkei") or hold a space
+are left out: the sentence around them would need other words; so are names the corpus itself
+does not use on both sides (the gazetteer's rarer and dated ones).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+
+# Before a place: a preposition, or a verb of travel.
+# ("of", "at", "for" are left out: "the University of Bath", "at Marshall", "for Jordan" name
+# more than places.)
+SOURCE_BEFORE = ("in", "to", "from", "near", "via", "around", "visit", "visited", "towards",
+                 "outside")
+TARGET_BEFORE = {
+    "de": ("in", "nach", "aus", "von", "bei", "über", "um", "zu", "für", "besuchen", "besucht",
+           "vor", "außerhalb", "Richtung"),
+}
+# German place names used with an article ("in die Schweiz", "im Irak", "auf den Malediven").
+_WITH_ARTICLE = re.compile(r"ei$|[Ii]nseln$|[Ss]ahara$|^(?:Schweiz|Ukraine|Niederlande|Antarktis|"
+                           r"Arktis|Karibik|Pfalz|Toskana|Normandie|Bretagne|Provence|Krim|"
+                           r"Lausitz|Steiermark|Uckermark|Altmark|Ortenau|Wetterau|Eifel|Rhön|"
+                           r"Atlantik|Pazifik|Libanon|Tschad|Irak|Iran|Jemen|Sudan|Kongo|Niger|"
+                           r"Malediven|Seychellen|Philippinen|Komoren|Salomonen|Bahamas|"
+                           r"Kapverden|Vereinigten Staaten|USA)$")
+_NAME = re.compile(r"[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)*")
+
+
+# Catalog entries that are not a place's own name: time zones, parts of a country.
+_NOT_A_NAME = re.compile(r"\b(?:Time|Standard|Mainland|Station)\b")
+
+
+def _plain(text: str) -> str:
+    """``text`` without accents, hyphens or case: 'Kalamáta' and 'Kalamata', 'Nanning' and
+    'Nan-ning' are one spelling."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text)
+                   if not unicodedata.combining(c) and c not in "-' ").casefold()
+
+
+class PlaceSwapper:
+    """Swaps a copied place name for one with its own name in the target language."""
+
+    def __init__(self, gazetteer: Iterable[tuple[str, str]], target_lang: str,
+                 corpus: Iterable[tuple[str, str]] | None = None, min_count: int = 2):
+        """``corpus``: when given, only exonyms whose English name occurs in its sources and
+        whose target name in its targets, each ``min_count`` times, are swapped in: the
+        gazetteer also holds names few would write (Argostólion) and a few that are dated or
+        wrong (Palestina, El-Katar), which the corpus's own use of a name sorts out."""
+        before = TARGET_BEFORE.get(target_lang)
+        self.alike: set[str] = set()  # places spelled alike in both languages
+        self.exonyms: list[tuple[str, str]] = []  # (English, target) that differ
+        for english, target in gazetteer:
+            if not (_NAME.fullmatch(english) and _NAME.fullmatch(target)) or \
+                    _NOT_A_NAME.search(english):
+                continue  # qualified names ("Hamilton (capital of Bermuda)"), lists, codes
+            if english == target:
+                if len(english) > 3:  # "Bath", "Nice" are words too; short ones more so
+                    self.alike.add(english)
+            elif (_plain(english) != _plain(target) and " " not in target
+                  and not _WITH_ARTICLE.search(target)):
+                self.exonyms.append((english, target))
+        if corpus is not None:
+            self.exonyms = _in_use(self.exonyms, corpus, min_count)
+        self.exonyms.sort()
+        self.active = bool(before and self.alike and self.exonyms)
+        if not self.active:
+            return
+        names = "|".join(sorted(map(re.escape, self.alike), key=len, reverse=True))
+        # Not followed by a capitalised word: "in Athens Software", "to Marshall Islands DB"
+        # name a company or a file, not the place.
+        self._source = re.compile(
+            rf"\b(?:{'|'.join(SOURCE_BEFORE)}) ({names})(?![\w'’-])(?! [A-Z])")
+        self._target = re.compile(rf"\b(?:{'|'.join(before)}) ({names})(?![\w'’-])")
+        self._any = re.compile(rf"(?<![\w'’-])({names})(?![\w'’-])")
+
+    def swap(self, source: str, target: str, draw: random.Random) -> tuple[str, str] | None:
+        """The pair with its one place swapped for an exonym drawn by ``draw``, or None when
+        it does not qualify."""
+        if not self.active or "(" in source:
+            return None  # "Hamilton (city in Canada)": catalogue templates, not sentences
+        found = self._source.findall(source)
+        if len(found) != 1 or len(self._any.findall(source)) != 1:
+            return None
+        place = found[0]
+        if self._target.findall(target) != [place] or len(self._any.findall(target)) != 1:
+            return None
+        english, translated = self.exonyms[draw.randrange(len(self.exonyms))]
+        return (self._any.sub(english, source, count=1),
+                self._any.sub(translated, target, count=1))
+
+
+def _in_use(exonyms: list[tuple[str, str]], corpus: Iterable[tuple[str, str]],
+            min_count: int) -> list[tuple[str, str]]:
+    """The exonyms whose English name the corpus's sources and whose target name its targets
+    each use at least ``min_count`` times."""
+    def pattern(names: Iterable[str]) -> re.Pattern:
+        alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+        return re.compile(rf"(?<![\w'’-])({alternatives})(?![\w'’-])")
+
+    english, target = pattern(e for e, _ in exonyms), pattern(t for _, t in exonyms)
+    seen_english: Counter[str] = Counter()
+    seen_target: Counter[str] = Counter()
+    for src, tgt in corpus:
+        seen_english.update(english.findall(src))
+        seen_target.update(target.findall(tgt))
+    return [(e, t) for e, t in exonyms
+            if seen_english[e] >= min_count and seen_target[t] >= min_count]

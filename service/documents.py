@@ -67,7 +67,7 @@ from lxml import etree
 
 from service import markup
 from service.markdown import read_markdown, write_markdown
-from service.shared_state import PREFIX, StateStore, StoreDown, digest
+from service.shared_state import PREFIX, StateStore, StoreDown, digest, stored_owner
 from service.translator import Pair, TextResult
 
 FORMATS = {".txt": ("text", "text/plain; charset=utf-8"),
@@ -705,7 +705,7 @@ class DocumentJobs:
         """The job's record (and, once done, its file) in the shared store."""
         assert self.store is not None
         record = json.dumps({
-            "key": digest(job.document_key), "owner": job.owner,
+            "key": digest(job.document_key), "owner": stored_owner(job.owner),
             "filename": job.filename, "kind": job.kind, "media_type": job.media_type,
             "pair": list(job.pair), "characters": job.characters, "status": job.status,
             "error": job.error})

@@ -33,10 +33,10 @@ from pathlib import Path
 import redis.asyncio
 import regex
 
-from service.shared_state import PREFIX, StateStore, digest
+from service.shared_state import PREFIX, StateStore, digest, stored_owner
 
 FORMATS = ("tsv", "csv")
-SCHEMA_VERSION = 1  # the glossaries table's layout (PRAGMA user_version)
+SCHEMA_VERSION = 2  # the glossaries table's layout (PRAGMA user_version)
 
 
 class GlossaryError(ValueError):
@@ -120,7 +120,9 @@ class GlossaryStore:
         with self._lock:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
-            if tables and version != SCHEMA_VERSION:
+            if tables and version == 1:
+                self._hash_owners()
+            elif tables and version != SCHEMA_VERSION:
                 self._db.close()
                 raise GlossaryError(f"{self.path} holds glossaries of another layout "
                                     f"(version {version}, this service reads "
@@ -134,6 +136,15 @@ class GlossaryStore:
                 "dictionaries TEXT NOT NULL)")
             self._db.execute("CREATE INDEX IF NOT EXISTS by_owner ON glossaries (owner)")
 
+    def _hash_owners(self) -> None:
+        """Layout 1 kept each owner's API key as it is: replace it with its stored form."""
+        owners = [row[0] for row in self._db.execute("SELECT DISTINCT owner FROM glossaries")]
+        self._db.execute("BEGIN")
+        for owner in owners:
+            self._db.execute("UPDATE glossaries SET owner = ? WHERE owner = ?",
+                             (stored_owner(owner), owner))
+        self._db.execute("COMMIT")
+
     async def create(self, name: str, dictionaries: dict[Pair, dict[str, str]],
                owner: str = "") -> Glossary:
         glossary = Glossary(str(uuid.uuid4()), name, dict(dictionaries),
@@ -141,7 +152,7 @@ class GlossaryStore:
                             .replace("+00:00", "Z"), owner)
         with self._lock:
             self._db.execute("INSERT INTO glossaries VALUES (?, ?, ?, ?, ?)", (
-                glossary.glossary_id, owner, name, glossary.creation_time,
+                glossary.glossary_id, stored_owner(owner), name, glossary.creation_time,
                 _dump(glossary.dictionaries)))
         return glossary
 
@@ -151,33 +162,34 @@ class GlossaryStore:
             self._db.execute(
                 "UPDATE glossaries SET name = ?, dictionaries = ? WHERE glossary_id = ? AND "
                 "owner = ?", (glossary.name, _dump(glossary.dictionaries),
-                              glossary.glossary_id, glossary.owner))
+                              glossary.glossary_id, stored_owner(glossary.owner)))
         return glossary
 
     async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
-                "WHERE glossary_id = ? AND owner = ?", (glossary_id, owner)).fetchone()
-        return None if row is None else _glossary(row)
+                "WHERE glossary_id = ? AND owner = ?",
+                (glossary_id, stored_owner(owner))).fetchone()
+        return None if row is None else _glossary(row, owner)
 
     async def list(self, owner: str = "") -> list[Glossary]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT glossary_id, name, dictionaries, creation_time, owner FROM glossaries "
-                "WHERE owner = ? ORDER BY creation_time", (owner,)).fetchall()
-        return [_glossary(row) for row in rows]
+                "WHERE owner = ? ORDER BY creation_time", (stored_owner(owner),)).fetchall()
+        return [_glossary(row, owner) for row in rows]
 
     async def count(self, owner: str = "") -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM glossaries WHERE owner = ?",
-                                    (owner,)).fetchone()[0]
+                                    (stored_owner(owner),)).fetchone()[0]
 
     async def delete(self, glossary_id: str, owner: str = "") -> bool:
         with self._lock:
             cursor = self._db.execute(
                 "DELETE FROM glossaries WHERE glossary_id = ? AND owner = ?",
-                (glossary_id, owner))
+                (glossary_id, stored_owner(owner)))
         return cursor.rowcount > 0
 
     async def close(self) -> None:
@@ -225,16 +237,20 @@ class SharedGlossaryStore:
 
     async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
         value = await self.store.run(lambda r: r.get(self._name(glossary_id)))
-        glossary = None if value is None else _from_record(value)
-        return glossary if glossary is not None and glossary.owner == owner else None
+        glossary = None if value is None else _from_record(value, owner)
+        if glossary is not None and json.loads(value)["owner"] == owner != "":
+            # Written before owners were stored hashed: write it again without the key.
+            await self.store.run(lambda r: r.set(self._name(glossary_id), _record(glossary),
+                                                 xx=True))
+        return glossary
 
     async def list(self, owner: str = "") -> list[Glossary]:
         ids = sorted(await self.store.run(lambda r: r.smembers(self._owned(owner))))
         if not ids:
             return []
         values = await self.store.run(lambda r: r.mget([self._name(i.decode()) for i in ids]))
-        found = [_from_record(value) for value in values if value is not None]
-        return sorted((g for g in found if g.owner == owner), key=lambda g: g.creation_time)
+        found = [_from_record(value, owner) for value in values if value is not None]
+        return sorted((g for g in found if g is not None), key=lambda g: g.creation_time)
 
     async def count(self, owner: str = "") -> int:
         return int(await self.store.run(lambda r: r.scard(self._owned(owner))))
@@ -259,14 +275,18 @@ class SharedGlossaryStore:
 def _record(glossary: Glossary) -> str:
     return json.dumps({"glossary_id": glossary.glossary_id, "name": glossary.name,
                        "dictionaries": json.loads(_dump(glossary.dictionaries)),
-                       "creation_time": glossary.creation_time, "owner": glossary.owner},
-                      ensure_ascii=False)
+                       "creation_time": glossary.creation_time,
+                       "owner": stored_owner(glossary.owner)}, ensure_ascii=False)
 
 
-def _from_record(value: bytes) -> Glossary:
+def _from_record(value: bytes, owner: str) -> Glossary | None:
+    """The glossary ``value`` holds, when ``owner`` owns it (stored hashed, or as written
+    before owners were)."""
     record = json.loads(value)
+    if record["owner"] not in (stored_owner(owner), owner):
+        return None
     return _glossary((record["glossary_id"], record["name"], json.dumps(record["dictionaries"]),
-                      record["creation_time"], record["owner"]))
+                      record["creation_time"], record["owner"]), owner)
 
 
 def _dump(dictionaries: dict[Pair, dict[str, str]]) -> str:
@@ -274,8 +294,9 @@ def _dump(dictionaries: dict[Pair, dict[str, str]]) -> str:
                        for (s, t), entries in dictionaries.items()], ensure_ascii=False)
 
 
-def _glossary(row: tuple) -> Glossary:
-    glossary_id, name, dictionaries, created, owner = row
+def _glossary(row: tuple, owner: str) -> Glossary:
+    """The glossary of a stored row, owned by ``owner`` (whose key the row holds hashed)."""
+    glossary_id, name, dictionaries, created, _ = row
     return Glossary(glossary_id, name, {(d["source_lang"], d["target_lang"]): d["entries"]
                                         for d in json.loads(dictionaries)}, created, owner)
 

@@ -46,6 +46,12 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+def stored_owner(owner: str) -> str:
+    """What a store keeps of a glossary's or document's owner, an API key: its digest, marked
+    as one ("" where the service has no keys)."""
+    return f"sha256:{digest(owner)}" if owner else ""
+
+
 class StoreDown(Exception):
     """The state store did not answer (down, slow, or within its back-off)."""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,29 +78,68 @@ def test_a_term_comes_back_as_its_target_whatever_the_model_does_with_it() -> No
 
 def test_glossaries_outlive_the_process_and_belong_to_their_key(tmp_path: Path) -> None:
     path = tmp_path / "data" / "glossaries.sqlite3"
-    asyncio.run(glossaries_belong_to_their_key(lambda: GlossaryStore(path)))
+
+    async def stored() -> bytes:
+        return b"".join(p.read_bytes() for p in path.parent.iterdir())
+
+    asyncio.run(glossaries_belong_to_their_key(lambda: GlossaryStore(path), stored))
 
 
-async def glossaries_belong_to_their_key(open_store: Callable[[], Any]) -> None:
+KEY_ONE, KEY_TWO = "key-one-7f3a9c", "key-two-91bc0d"
+
+
+async def glossaries_belong_to_their_key(open_store: Callable[[], Any],
+                                         stored: Callable[[], Awaitable[bytes]]) -> None:
     """A store's glossaries, as written, read by the next store opened on the same place (a
-    restarted process; another replica)."""
+    restarted process; another replica); ``stored``: everything the store holds, which must
+    not give an owner's API key away."""
     store = open_store()
     made = await store.create("fruit", {("en", "de"): {"Apple": "Apfel", "Δぁ": "深"},
-                                        ("de", "en"): {"Apfel": "apple"}}, owner="k1")
-    await store.create("other", {("en", "de"): {"a": "b"}}, owner="k2")
+                                        ("de", "en"): {"Apfel": "apple"}}, owner=KEY_ONE)
+    await store.create("other", {("en", "de"): {"a": "b"}}, owner=KEY_TWO)
     await store.close()
     again = open_store()
-    assert await again.get(made.glossary_id, "k1") == made
-    assert await again.get(made.glossary_id, "k2") is None
-    assert [g.name for g in await again.list("k1")] == ["fruit"]
-    assert await again.count("k2") == 1
+    assert await again.get(made.glossary_id, KEY_ONE) == made
+    assert await again.get(made.glossary_id, KEY_TWO) is None
+    assert [g.name for g in await again.list(KEY_ONE)] == ["fruit"]
+    assert await again.count(KEY_TWO) == 1
     renamed = dataclasses.replace(made, name="fruits")
     assert await again.save(renamed) == renamed
-    assert await again.get(made.glossary_id, "k1") == renamed
-    assert await again.delete(made.glossary_id, "k1")
-    assert await again.get(made.glossary_id, "k1") is None
-    assert not await again.delete(made.glossary_id, "k1")
+    assert await again.get(made.glossary_id, KEY_ONE) == renamed
+    held = await stored()
+    assert b"fruits" in held  # what is stored is what was read
+    assert KEY_ONE.encode() not in held and KEY_TWO.encode() not in held
+    assert await again.delete(made.glossary_id, KEY_ONE)
+    assert await again.get(made.glossary_id, KEY_ONE) is None
+    assert not await again.delete(made.glossary_id, KEY_ONE)
     await again.close()
+
+
+def test_glossaries_stored_with_their_owners_keys_are_read_and_the_keys_removed(
+        tmp_path: Path) -> None:
+    """A glossary file of the layout that kept each owner's key as it was."""
+    path = tmp_path / "glossaries.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE glossaries (glossary_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+               "name TEXT NOT NULL, creation_time TEXT NOT NULL, dictionaries TEXT NOT NULL)")
+    db.execute("INSERT INTO glossaries VALUES (?, ?, ?, ?, ?)", (
+        "2b8c2e4e-0d7e-4c55-9a6e-7f0e0c1d2e3f", KEY_ONE, "old", "2026-01-01T00:00:00.000Z",
+        '[{"source_lang": "en", "target_lang": "de", "entries": {"apple": "Apfel"}}]'))
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+
+    async def check() -> None:
+        store = GlossaryStore(path)
+        [glossary] = await store.list(KEY_ONE)
+        assert glossary.name == "old" and glossary.dictionaries == {
+            ("en", "de"): {"apple": "Apfel"}}
+        assert await store.get(glossary.glossary_id, KEY_TWO) is None
+        await store.close()
+
+    asyncio.run(check())
+    owners = sqlite3.connect(path).execute("SELECT owner FROM glossaries").fetchall()
+    assert owners and KEY_ONE not in str(owners)
 
 
 # -- through the APIs --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ and a document made on A are read on B, and Redis killed mid-test and started ag
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from service.glossary import SharedGlossaryStore
 from service.shared_state import StateStore
-from tests.test_glossary import glossaries_belong_to_their_key
+from tests.test_glossary import KEY_ONE, KEY_TWO, glossaries_belong_to_their_key
 from tests.test_server import ROOT, ServerProcess, fake_server, free_port, served_samples
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -210,10 +211,59 @@ def test_a_glossary_and_a_document_made_on_one_replica_are_read_on_the_other(
 
 def test_the_shared_glossary_store_keeps_what_the_sqlite_one_keeps(redis_server: Redis,
                                                                    ) -> None:
+    async def dump(r) -> bytes:
+        held = []
+        async for name in r.scan_iter():
+            kind = (await r.type(name)).decode()
+            if kind == "string":
+                values = [await r.get(name)]
+            elif kind == "set":
+                values = list(await r.smembers(name))
+            elif kind == "hash":
+                values = [x for pair in (await r.hgetall(name)).items() for x in pair]
+            elif kind == "zset":
+                values = await r.zrange(name, 0, -1)
+            else:
+                values = await r.lrange(name, 0, -1)
+            held += [name, *values]
+        return b" ".join(held)
+
+    async def check() -> None:
+        store = StateStore(redis_server.url)
+
+        async def stored() -> bytes:
+            return await store.run(dump)
+
+        try:
+            await glossaries_belong_to_their_key(lambda: SharedGlossaryStore(store), stored)
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+def test_a_shared_glossary_stored_with_its_owners_key_is_read_and_the_key_removed(
+        redis_server: Redis) -> None:
+    """A record written when the store kept each owner's API key as it was."""
+    glossary_id = "5d0c9a86-1f0b-4a4e-8a51-6f1e2d3c4b5a"
+    record = json.dumps({"glossary_id": glossary_id, "name": "old",
+                         "creation_time": "2026-01-01T00:00:00.000Z", "owner": KEY_ONE,
+                         "dictionaries": [{"source_lang": "en", "target_lang": "de",
+                                           "entries": {"apple": "Apfel"}}]})
+
     async def check() -> None:
         store = StateStore(redis_server.url)
         try:
-            await glossaries_belong_to_their_key(lambda: SharedGlossaryStore(store))
+            glossaries = SharedGlossaryStore(store)
+            await store.run(lambda r: r.set(glossaries._name(glossary_id), record))
+            await store.run(lambda r: r.sadd(glossaries._owned(KEY_ONE), glossary_id))
+            assert await glossaries.get(glossary_id, KEY_TWO) is None
+            [listed] = await glossaries.list(KEY_ONE)
+            assert listed.name == "old" and listed.owner == KEY_ONE
+            assert await glossaries.get(glossary_id, KEY_ONE) == listed
+            held = await store.run(lambda r: r.get(glossaries._name(glossary_id)))
+            assert KEY_ONE.encode() not in held and b"Apfel" in held
+            assert await glossaries.delete(glossary_id, KEY_ONE)
         finally:
             await store.close()
 

@@ -27,7 +27,9 @@ once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded. E
 scheme). With a shared state store (STATE_URL) each job's record (its key's digest, status,
 file name) is written there before its id is answered and again when it ends, with the
 translated file, both expiring after DOCUMENT_TTL_S: a client that polls another replica reads
-its status and downloads its file there.
+its status and downloads its file there. While a job runs, its replica renews a lease beside
+the record every third of DOCUMENT_LEASE_S; a running job whose lease has lapsed (its replica
+died) reads as failed on every other replica, rather than running until its record expires.
 """
 
 from __future__ import annotations
@@ -626,10 +628,12 @@ Translate = Callable[[list[str]], Awaitable[list[TextResult]]]
 class DocumentJobs:
     """The documents being translated or waiting for their download."""
 
-    def __init__(self, max_jobs: int, ttl_s: float, store: StateStore | None = None) -> None:
+    def __init__(self, max_jobs: int, ttl_s: float, store: StateStore | None = None,
+                 lease_s: float = 30.0) -> None:
         self.max_jobs = max_jobs
         self.ttl_s = ttl_s
         self.store = store
+        self.lease_s = lease_s
         self._jobs: dict[str, DocumentJob] = {}
         self._publishing: set[asyncio.Task[None]] = set()
 
@@ -658,6 +662,7 @@ class DocumentJobs:
                 await self._publish(job)
             except StoreDown:
                 self._publish_later(job)
+            self._keep_leased(job)
         job.task = asyncio.get_running_loop().create_task(self._run(job, text, translate))
         return job
 
@@ -711,17 +716,41 @@ class DocumentJobs:
             "error": job.error})
         # Running: kept as long as a job may run and then be fetched; ended: DOCUMENT_TTL_S.
         ttl = max(1, round(self.ttl_s if job.finished is not None else self.ttl_s + 3600))
-        name, result = self._name(job.document_id), job.result
+        name, result, running = self._name(job.document_id), job.result, job.finished is None
 
         async def write(r: redis.asyncio.Redis) -> None:
             async with r.pipeline(transaction=True) as pipe:
                 pipe.set(name, record, ex=ttl)
+                if running:
+                    pipe.set(name + ":lease", 1, px=round(self.lease_s * 1000))
                 if result is not None:
                     pipe.set(name + ":result", result, ex=ttl)
                 await pipe.execute()
 
         await self.store.run(write)
         job.published = True
+
+    def _keep_leased(self, job: DocumentJob) -> None:
+        """The running job's lease renewed every third of ``lease_s`` until it ends; a
+        renewal the store misses is tried again a second later."""
+        assert self.store is not None
+        store, lease = self.store, self._name(job.document_id) + ":lease"
+
+        async def renew() -> None:
+            wait = self.lease_s / 3
+            while True:
+                await asyncio.sleep(wait)
+                if job.finished is not None or job.document_id not in self._jobs:
+                    return
+                try:
+                    await store.run(lambda r: r.set(lease, 1, px=round(self.lease_s * 1000)))
+                    wait = self.lease_s / 3
+                except StoreDown:
+                    wait = min(1.0, self.lease_s / 3)
+
+        task = asyncio.get_running_loop().create_task(renew())
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     def _publish_later(self, job: DocumentJob, at_once: bool = False) -> None:
         """``_publish`` in the background (now, when ``at_once``), retried each second
@@ -771,15 +800,19 @@ class DocumentJobs:
         assert self.store is not None
         if not document_id.isalnum():
             return None
-        value = await self.store.run(lambda r: r.get(self._name(document_id)))
+        name = self._name(document_id)
+        value, leased = await self.store.run(lambda r: r.mget([name, name + ":lease"]))
         if value is None:
             return None
         record = json.loads(value)
+        status, error = record["status"], record["error"]
+        if status in (QUEUED, TRANSLATING) and leased is None:
+            status, error = ERROR, ("The service translating the document stopped before it "
+                                    "ended: upload it again.")
         # document_key holds the key's digest: get() compares the digest of the one shown.
         return DocumentJob(document_id, record["key"], record["owner"], record["filename"],
                            record["kind"], record["media_type"], tuple(record["pair"]),
-                           record["characters"], status=record["status"],
-                           error=record["error"], local=False)
+                           record["characters"], status=status, error=error, local=False)
 
     async def take(self, job: DocumentJob) -> bytes | None:
         """A finished job's translated file, the job deleted with its download (here and in

@@ -201,6 +201,10 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="A translated document not downloaded within this long is "
         "deleted."
     )
+    document_lease_s: float = Field(
+        30.0, gt=0, description="With STATE_URL: a document whose replica has not renewed "
+        "its lease for this long (the replica died) reads as failed on the others."
+    )
     cache_mb: int = Field(
         64, ge=0, description="Memory (MiB) of the cache of translated sentences, which "
         "answers a sentence seen before with the same model and options; 0 disables it."

@@ -58,7 +58,7 @@ class ServiceState:
         self.failed_keys = RateLimiter(settings.failed_keys_per_minute, 0)
         self.usage = Usage(self.store)
         self.documents = DocumentJobs(settings.max_documents, settings.document_ttl_s,
-                                      self.store)
+                                      self.store, settings.document_lease_s)
 
     async def open_keys(self) -> None:
         """The managed keys' table opened (DATA_DIR's file, or the shared store) and read."""

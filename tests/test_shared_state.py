@@ -209,6 +209,37 @@ def test_a_glossary_and_a_document_made_on_one_replica_are_read_on_the_other(
     assert again.status_code == 404  # downloaded once, from whichever replica
 
 
+def test_a_document_whose_replica_dies_reads_as_failed_on_the_other(
+        tmp_path: Path, redis_server: Redis) -> None:
+    """Its replica renews a lease while it translates (every third of DOCUMENT_LEASE_S);
+    once the lease lapses, the other replica answers "error", not "translating" for hours."""
+    common = {"STATE_URL": redis_server.url, "API_KEYS": "k1", "OPEN_DOCS": "true",
+              "DOCUMENT_LEASE_S": "1"}
+    auth = {"Authorization": "DeepL-Auth-Key k1"}
+    slow = fake_server(tmp_path / "a", env={**common, "DATA_DIR": str(tmp_path / "a")},
+                       step_s=1.0)
+    with slow as a, fake_server(tmp_path / "b", env={**common, "DATA_DIR": str(tmp_path / "b")},
+                                step_s=0.001) as b:
+        text = "\n\n".join(f"Paragraph {i} has a few words in it." for i in range(40))
+        document = httpx.post(a.url + "/v2/document", headers=auth, data={"target_lang": "DE"},
+                              files={"file": ("long.txt", text.encode())}).json()
+        key = {"document_key": document["document_key"]}
+        status_url = f"{b.url}/v2/document/{document['document_id']}"
+
+        def status() -> dict:
+            return httpx.post(status_url, headers=auth, data=key).json()
+
+        time.sleep(2.5)  # more than two leases: renewed all along
+        assert status()["status"] in ("queued", "translating")
+        a.process.kill()
+        a.process.wait(10)
+        waited = wait_until(lambda: status()["status"] == "error", what="the document failed")
+        assert waited < 2.5
+        assert "upload it again" in status()["error_message"]
+        assert httpx.post(status_url + "/result", headers=auth, data=key).status_code in (
+            404, 503)
+
+
 def test_the_shared_glossary_store_keeps_what_the_sqlite_one_keeps(redis_server: Redis,
                                                                    ) -> None:
     async def dump(r) -> bytes:

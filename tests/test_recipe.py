@@ -318,3 +318,26 @@ def test_shipped_recipes_and_the_rebuilt_config_agree() -> None:
     made = {s.name for s in load_recipe(DEFAULT_RECIPE)}
     config = load_config(ROOT / "configs" / "en-de-rebuilt.toml")
     assert {Path(s.path).name.removesuffix(".tsv.xz") for s in config.data.sources} <= made
+
+
+def test_context_marks_and_kept_mnemonics(tmp_path: Path) -> None:
+    """Wesnoth's layout: games/…/locale/de/LC_MESSAGES, "context^" msgids, "_" in links."""
+    debs = tmp_path / "debs"
+    debs.mkdir()
+    _deb(debs, "wes-data", {
+        "usr/share/games/wes/1.16/locale/de/LC_MESSAGES/wes-help.mo": _mo(tmp_path, _catalog([
+            {"msgid": "female^Elvish Fighter", "msgstr": "Elfenkämpferin"},
+            {"msgid": "time of day^None", "msgstr": "Keine"},
+            {"msgid": "See <ref>dst='unit_Mage' text='magi'</ref>.",
+             "msgstr": "Siehe <ref>dst='unit_Mage' text='Magier'</ref>."},
+        ])),
+        "usr/share/doc/wes-data/copyright": COPYRIGHT,
+    })
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text('[[sources]]\nname = "wes"\nkind = "gettext"\npackages = ["wes-data"]\n'
+                      'context_mark = "^"\nkeep_mnemonics = ["*"]\n')
+    build_corpus("de", tmp_path / "out", recipe=recipe, debs=debs, cache=tmp_path / "cache")
+    assert sorted(_pairs(tmp_path / "out" / "wes.tsv.xz")) == [
+        ("Elvish Fighter", "Elfenkämpferin"), ("None", "Keine"),
+        ("See <ref>dst='unit_Mage' text='magi'</ref>.",
+         "Siehe <ref>dst='unit_Mage' text='Magier'</ref>.")]

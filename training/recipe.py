@@ -64,8 +64,12 @@ class SourceSpec:
     part: str = ""  # ding: "sentences" | "phrases"
     exclude: list[str] = field(default_factory=list)  # catalog-name prefixes to leave out
     include: list[str] = field(default_factory=list)  # catalog-name prefixes to keep (all)
-    # Packages whose "_"/"&" are not mnemonics (Dink's "&var" variables): kept as they are.
+    # Packages whose "_"/"&" are not mnemonics (Dink's "&var" variables): kept as they are;
+    # "*": every package of the source.
     keep_mnemonics: list[str] = field(default_factory=list)
+    # The mark that ends a disambiguation prefix of msgids (Wesnoth's "female^Elvish Fighter",
+    # "time of day^None"): removed, up to its last occurrence, from both sides of a pair.
+    context_mark: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -222,8 +226,10 @@ def _nplurals(catalog) -> int:
     return int(match.group(1)) if match else 2
 
 
-def catalog_pairs(path: str, data: bytes, strip: bool = True) -> Iterator[tuple[str, str]]:
-    """English→target pairs of one .mo/.po catalog (read with polib)."""
+def catalog_pairs(path: str, data: bytes, strip: bool = True,
+                  context_mark: str = "") -> Iterator[tuple[str, str]]:
+    """English→target pairs of one .mo/.po catalog (read with polib); ``context_mark``: msgids
+    may start with a context ending in it ("female^"), removed."""
     import polib
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -243,6 +249,8 @@ def catalog_pairs(path: str, data: bytes, strip: bool = True) -> Iterator[tuple[
         else:
             candidates = [(entry.msgid, entry.msgstr)]
         for src, tgt in candidates:
+            if context_mark and context_mark in src:
+                src, tgt = src.rpartition(context_mark)[2], tgt.rpartition(context_mark)[2]
             if strip:
                 src, tgt = strip_mnemonics(src, tgt)
             src, tgt = fold(src), fold(tgt)
@@ -443,8 +451,9 @@ def build_gettext(spec: SourceSpec, lang: str, packages: PackageSource,
         added = 0
         for path in catalogs:
             try:
-                added += writer.add(catalog_pairs(path, members[path],
-                                                  strip=name not in spec.keep_mnemonics))
+                added += writer.add(catalog_pairs(
+                    path, members[path], context_mark=spec.context_mark,
+                    strip=not {name, "*"} & set(spec.keep_mnemonics)))
             except (OSError, ValueError, UnicodeDecodeError) as exc:
                 log.warning("%s: %s: %s", name, path, exc)
         record.update(catalogs=len(catalogs), pairs=added)

@@ -47,7 +47,7 @@ import secrets
 import time
 import uuid
 import zipfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -748,7 +748,11 @@ class DocumentJobs:
                 except StoreDown:
                     wait = min(1.0, self.lease_s / 3)
 
-        task = asyncio.get_running_loop().create_task(renew())
+        self._in_background(renew())
+
+    def _in_background(self, work: Coroutine[None, None, None]) -> None:
+        """``work`` as a task held until it ends (the loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(work)
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
 
@@ -766,9 +770,7 @@ class DocumentJobs:
                 except StoreDown:
                     await asyncio.sleep(1)
 
-        task = asyncio.get_running_loop().create_task(publish())
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
+        self._in_background(publish())
 
     async def get(self, document_id: str, document_key: str) -> DocumentJob | None:
         """The job, when ``document_key`` is its key: this process's, else (with a shared

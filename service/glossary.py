@@ -237,8 +237,9 @@ class SharedGlossaryStore:
 
     async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
         value = await self.store.run(lambda r: r.get(self._name(glossary_id)))
-        glossary = None if value is None else _from_record(value, owner)
-        if glossary is not None and json.loads(value)["owner"] == owner != "":
+        record = None if value is None else json.loads(value)
+        glossary = None if record is None else _from_record(record, owner)
+        if glossary is not None and record["owner"] == owner != "":
             # Written before owners were stored hashed: write it again without the key.
             await self.store.run(lambda r: r.set(self._name(glossary_id), _record(glossary),
                                                  xx=True))
@@ -249,7 +250,7 @@ class SharedGlossaryStore:
         if not ids:
             return []
         values = await self.store.run(lambda r: r.mget([self._name(i.decode()) for i in ids]))
-        found = [_from_record(value, owner) for value in values if value is not None]
+        found = [_from_record(json.loads(value), owner) for value in values if value is not None]
         return sorted((g for g in found if g is not None), key=lambda g: g.creation_time)
 
     async def count(self, owner: str = "") -> int:
@@ -279,10 +280,9 @@ def _record(glossary: Glossary) -> str:
                        "owner": stored_owner(glossary.owner)}, ensure_ascii=False)
 
 
-def _from_record(value: bytes, owner: str) -> Glossary | None:
-    """The glossary ``value`` holds, when ``owner`` owns it (stored hashed, or as written
-    before owners were)."""
-    record = json.loads(value)
+def _from_record(record: dict, owner: str) -> Glossary | None:
+    """The glossary of a stored ``record``, when ``owner`` owns it (stored hashed, or as
+    written before owners were)."""
     if record["owner"] not in (stored_owner(owner), owner):
         return None
     return _glossary((record["glossary_id"], record["name"], json.dumps(record["dictionaries"]),

@@ -81,13 +81,13 @@ class PlaceSwapper:
         self.active = bool(before and self.alike and self.exonyms)
         if not self.active:
             return
-        names = "|".join(sorted(map(re.escape, self.alike), key=len, reverse=True))
+        names = _alternatives(self.alike)
         # Not followed by a capitalised word: "in Athens Software", "to Marshall Islands DB"
         # name a company or a file, not the place.
         self._source = re.compile(
             rf"\b(?:{'|'.join(SOURCE_BEFORE)}) ({names})(?![\w'’-])(?! [A-Z])")
         self._target = re.compile(rf"\b(?:{'|'.join(before)}) ({names})(?![\w'’-])")
-        self._any = re.compile(rf"(?<![\w'’-])({names})(?![\w'’-])")
+        self._any = _whole_word(self.alike)
 
     def swap(self, source: str, target: str, draw: random.Random) -> tuple[str, str] | None:
         """The pair with its one place swapped for an exonym drawn by ``draw``, or None when
@@ -109,11 +109,7 @@ def _in_use(exonyms: list[tuple[str, str]], corpus: Iterable[tuple[str, str]],
             min_count: int) -> list[tuple[str, str]]:
     """The exonyms whose English name the corpus's sources and whose target name its targets
     each use at least ``min_count`` times."""
-    def pattern(names: Iterable[str]) -> re.Pattern:
-        alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
-        return re.compile(rf"(?<![\w'’-])({alternatives})(?![\w'’-])")
-
-    english, target = pattern(e for e, _ in exonyms), pattern(t for _, t in exonyms)
+    english, target = _whole_word(e for e, _ in exonyms), _whole_word(t for _, t in exonyms)
     seen_english: Counter[str] = Counter()
     seen_target: Counter[str] = Counter()
     for src, tgt in corpus:
@@ -121,3 +117,14 @@ def _in_use(exonyms: list[tuple[str, str]], corpus: Iterable[tuple[str, str]],
         seen_target.update(target.findall(tgt))
     return [(e, t) for e, t in exonyms
             if seen_english[e] >= min_count and seen_target[t] >= min_count]
+
+
+def _alternatives(names: Iterable[str]) -> str:
+    """A regular-expression alternation of ``names``, the longest first ("New York" before
+    "York")."""
+    return "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+
+
+def _whole_word(names: Iterable[str]) -> re.Pattern:
+    """Any of ``names`` standing alone, not inside a longer word or hyphenated name."""
+    return re.compile(rf"(?<![\w'’-])({_alternatives(names)})(?![\w'’-])")

@@ -241,6 +241,10 @@ def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
 XLIFF_INLINE = ("g", "x", "bx", "ex", "ph", "bpt", "ept", "it", "mrk", "sub", "pc", "sc", "ec")
 # Each kind's inline elements besides HTML's: XLIFF's codes, a DOCX paragraph's runs.
 INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",), "pptx": ("r",), "odf": ("t",)}
+# Attributes a reader is shown as text (an image's description, a tooltip): translated in a
+# page, a book or a Markdown file, where text left in the source language would be a gap. An
+# HTML fragment sent to the text APIs keeps its attributes as written.
+TEXT_ATTRIBUTES = dict.fromkeys(("html", "epub", "markdown"), ("alt", "title"))
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # A parser that resolves no entity and reads no DTD or network resource.
@@ -483,7 +487,7 @@ def rezip(data: bytes, replaced: dict[str, bytes]) -> bytes:
 def epub_text(data: bytes) -> str:
     """An EPUB's words: its content documents' texts without their markup."""
     return "\n".join(segment for chapter in read_epub(data)[1]
-                     for segment in markup.parse(chapter).segments)
+                     for segment in markup.parse(chapter, TEXT_ATTRIBUTES["epub"]).segments)
 
 
 _ODF_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"

@@ -34,6 +34,7 @@ FRONT_MATTER = SimpleNamespace(
     RENDERERS={"front_matter": lambda node, context: "\n".join(
         [node.markup, *node.content.splitlines(), node.markup])})
 _TAG = re.compile(r"(<[^<>]*>)")
+_ATTRIBUTE = re.compile(r'\s(alt|title)="([^"]*)"')  # as markdown-it renders them
 _SPACES = re.compile(r"\s+")
 _WORD = re.compile(r"[^\W\d_]", re.UNICODE)
 
@@ -107,7 +108,7 @@ def _inline_tokens(source: list[Token], to_html: RendererHTML, options: dict, en
         if is_tag:
             token, count = next(tagged, (None, 0))
             if token is not None:
-                out.append(token)
+                out.append(_with_attributes(token, piece))
                 after_break, inside = token.type == "hardbreak", count - 1
                 continue
         text = _SPACES.sub(" ", html.unescape(piece))
@@ -121,6 +122,21 @@ def _inline_tokens(source: list[Token], to_html: RendererHTML, options: dict, en
     if out and out[-1].type == "text":
         out[-1].content = out[-1].content.rstrip()
     return _spaces_outside(out)
+
+
+def _with_attributes(token: Token, tag: str) -> Token:
+    """``token`` (an image, a link) with the alt and title its translated ``tag`` carries:
+    an image's alt text is its children, a title an attribute."""
+    values = {name: html.unescape(value) for name, value in _ATTRIBUTE.findall(tag)}
+    if not values:
+        return token
+    token = token.copy()
+    if "title" in values and token.attrGet("title"):
+        token.attrSet("title", values["title"])
+    if token.type == "image" and values.get("alt"):
+        token.children = [Token("text", "", 0, content=values["alt"])]
+        token.content = values["alt"]
+    return token
 
 
 def _spaces_outside(tokens: list[Token]) -> list[Token]:

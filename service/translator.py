@@ -66,6 +66,7 @@ class TranslateOptions:
     return_sentences: bool = False  # each sentence with its source, as a reader aligns them
     ignore_tags: tuple[str, ...] = ()  # html: elements whose text is left as it is
     inline_tags: tuple[str, ...] = ()  # html: elements inline besides HTML's (XLIFF's codes)
+    attributes: tuple[str, ...] = ()  # html: attributes whose values are text (a page's alt)
     # A glossary's terms (service.glossary): each comes out as its target term.
     glossary: Terms | None = field(default=None, compare=False)
 
@@ -392,7 +393,8 @@ class Translator:
         # (50,000 characters: 1.2 s), stalling every other request and the health probes.
         large = sum(map(len, texts)) > _INLINE_CHARS
         documents = await _off_loop(large, lambda: [
-            markup.parse(text, ignore=options.ignore_tags, inline=options.inline_tags)
+            markup.parse(text, attributes=options.attributes, ignore=options.ignore_tags,
+                         inline=options.inline_tags)
             for text in texts])
         # A line break inside an element is a space in HTML, not the end of a sentence.
         segments = [segment.replace("\n", " ") for document in documents

@@ -59,11 +59,14 @@ def test_deepls_client_translates_text_and_html_files(server: ServerProcess,
     assert (tmp_path / "out.txt").read_text() == (
         "FIRST LINE. SECOND SENTENCE.\nSAME PARAGRAPH.\n\nNEXT ONE\n")
     page = tmp_path / "page.html"
-    page.write_text('<p>Hello <b>bold</b> <a href="https://x.example">world</a></p>')
+    page.write_text('<p>Hello <b>bold</b> <a href="https://x.example" title="Home">world</a>'
+                    '<img src="cat.png" alt="A cat"></p>')
     client.translate_document_from_filepath(page, tmp_path / "out.html", source_lang="EN",
                                             target_lang="DE")
+    # A page's alt text and tooltips are text its readers see: translated too.
     assert (tmp_path / "out.html").read_text() == (
-        '<p>HELLO <b>BOLD</b> <a href="https://x.example">WORLD</a></p>')
+        '<p>HELLO <b>BOLD</b> <a href="https://x.example" title="HOME">WORLD</a>'
+        '<img src="cat.png" alt="A CAT"></p>')
     glossary = client.create_glossary("g", "EN", "DE", {"line": "Zeile"})
     client.translate_document_from_filepath(text, tmp_path / "glossed.txt", source_lang="EN",
                                             target_lang="DE", glossary=glossary)
@@ -394,7 +397,7 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
 
     chapter = ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
                'xhtml"><head><title>One</title></head><body><h1>Chapter one</h1>'
-               '<p>It was a <em>dark</em> night.</p></body></html>')
+               '<p>It was a <em>dark</em> night.</p><img src="a.png" alt="An owl"/></body></html>')
     package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
                '<manifest><item id="c1" href="text/one.xhtml" media-type="application/xhtml+xml"'
                '/><item id="css" href="style.css" media-type="text/css"/></manifest>'
@@ -417,7 +420,8 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         translated = archive.read("OEBPS/text/one.xhtml").decode()
         assert archive.read("OEBPS/style.css") == b"p { margin: 0 }"
         assert archive.read("OEBPS/book.opf").decode() == package
-    assert "<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p>" in translated
+    assert ('<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p><img src="a.png" '
+            'alt="AN OWL"/>') in translated
     assert translated.startswith('<?xml version="1.0" encoding="utf-8"?>')
 
 
@@ -459,16 +463,16 @@ def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProces
     source = (Path(__file__).parent / "fixtures" / "documents" / "guide.md").read_text()
     out = translated_file(server, "guide.md", source)
     assert out.startswith("---\ntitle: Getting started\ntags: [intro]\n---\n")  # untouched
-    # A sentence across a link, emphasis and a code span is one text; the link's address and
-    # title, the code and the autolinks come back as they were.
-    assert ('RUN THE COMMAND BELOW, THEN OPEN [THE PAGE](http://localhost:8000 "Home") IN A '
+    # A sentence across a link, emphasis and a code span is one text; the link's address, the
+    # code and the autolinks come back as they were, its title translated.
+    assert ('RUN THE COMMAND BELOW, THEN OPEN [THE PAGE](http://localhost:8000 "HOME") IN A '
             "**BROWSER**. IT TAKES `make serve` AND ABOUT A MINUTE.") in out
     assert "# INSTALL THE *SERVER*" in out and "## NEXT STEPS WITH `translate-keys`" in out
     assert "- FIRST ITEM WITH ~~OLD~~ TEXT" in out
     assert "> A QUOTED LINE THAT CONTINUES." in out
     assert "| `id` | THE *IDENTIFIER* OF A ROW |" in out
     assert '```python\nprint("not translated")\n```' in out
-    assert "1. ONE\n2. TWO ![a cat](cat.png)" in out
+    assert "1. ONE\n2. TWO ![A CAT](cat.png)" in out  # an image's alt text is text
     assert '<div class="note">RAW HTML BLOCK</div>' in out
     assert "VISIT https://example.com OR WRITE TO <info@example.com>." in out
     # Text that Markdown would read as syntax is escaped again; the reference stays one.

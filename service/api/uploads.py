@@ -12,6 +12,7 @@ from service.documents import (
     BINARY,
     INLINE_TAGS,
     STRUCTURED,
+    TEXT_ATTRIBUTES,
     DocumentError,
     DocumentJob,
     document_kind,
@@ -61,7 +62,8 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     # markup.
     marked = ("html", "xliff", "markdown", *BINARY)
     options = TranslateOptions(format="html" if kind in marked else "text",
-                               inline_tags=INLINE_TAGS.get(kind, ()))
+                               inline_tags=INLINE_TAGS.get(kind, ()),
+                               attributes=TEXT_ATTRIBUTES.get(kind, ()))
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",

@@ -25,6 +25,9 @@ communities (``!name@host``), hashtags (``#tag``, with at least one letter) and 
 shortcodes (``:blobcat:``, with the zero-width spaces Misskey writes around them): a name
 is not a word to translate, and the model rewrites them ("#opensource" -> "#Quelloffen").
 
+Names joined by underscores (``max_length``, ``BLD_SHIPYARD_BASE``) are items: identifiers
+of code, games and files, which the model would split and rewrite.
+
 Numbers are masked as digit runs that stand alone (``20``, ``1,000``, ``3.5``, ``12:30``, not
 the ``3`` of ``MP3``): restoring them verbatim is always correct for the digits, and keeps the
 model from rewriting them. Numbers written as words are the model's to translate.
@@ -76,6 +79,12 @@ _MENTION = r"(?<![\w@!/.])(?:[@!]\w+(?:[.-]\w+)*@[\w-]+(?:\.[\w-]+)+|@\w+(?:[.-]
 _HASHTAG = r"(?<![\w&#/])#\w*[^\W\d_]\w*"
 _SHORTCODE = r"(?:\u200b|(?<![\w:])):[A-Za-z0-9_][A-Za-z0-9_+-]+:(?:\u200b|(?![\w:]))"
 _NUMBER = r"(?<![\w.,])\d+(?:[.,:]\d+)*(?!\w)"
+# A name joined by underscores (``max_length``, ``FU_TRANSPATIAL_DRIVE``, ``config_file.txt``):
+# code's, a game's or a file's, never a word of the language; the model splits and
+# "translates" its parts ("FUSPIAL_DRIVE"). A label's mnemonic ("C_urrent", "Sa_ve As": GTK's
+# access key, one underscore in a capitalised word) is a word, and is translated.
+_IDENTIFIER = (r"(?<![\w./\\-])(?![A-Z][a-z]*_[a-z]+(?![\w.]))"
+               r"\w*[^\W_]_+[^\W_][\w.]*(?<!\.)(?![\w/\\-])")
 _SURPLUS = "\x00"
 _CLOSING = regex.compile(r"[\s.!?…:;。！？\"'”’»)\]]*$")
 
@@ -95,7 +104,7 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
                           + (rf"\s*(?:{after})+\d*" if after else r"(?!\d)"))
     # Markers before printf and brace forms, so that a doubled one is taken whole.
     kinds = (_URL, _EMAIL, _MENTION, _HASHTAG, _SHORTCODE, found.pattern, _PRINTF, _BRACE,
-             _EMOJI, _NUMBER)
+             _IDENTIFIER, _EMOJI, _NUMBER)
     # A closing half may follow a word ("und17}": the model glued it on); a letter before
     # the digits stands for the opening delimiter only where it starts a word.
     half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"

@@ -39,6 +39,8 @@ def count(item: str, text: str) -> int:
                                                                         "#100DaysOfCode"]),
         ("Good morning :blobcat: and \u200b:blob_cat+1:\u200b at 10:30:45",
          [":blobcat:", "\u200b:blob_cat+1:\u200b", "10:30:45"]),
+        ("Set max_length in config_file.txt; builds [[shippart FU_TRANSPATIAL_DRIVE]].",
+         ["max_length", "config_file.txt", "FU_TRANSPATIAL_DRIVE"]),
     ],
 )
 def test_each_kind_is_masked_and_comes_back(text, items):
@@ -53,6 +55,11 @@ def test_each_kind_is_masked_and_comes_back(text, items):
 
 def test_digits_inside_words_stay_for_the_model():
     assert protect("Play MP3 files on IPv6 in 3D").items == ()
+
+
+def test_a_labels_mnemonic_and_underlined_blanks_stay_for_the_model():
+    # GTK's access keys mark a letter of a word ("C_urrent View"): the word is translated.
+    assert protect("C_urrent View, Sa_ve As, fill in the ____ or _this_").items == ()
 
 
 def test_text_without_items_is_untouched():

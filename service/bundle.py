@@ -53,6 +53,11 @@ which the service reads from the graph, so the fp16 variant needs no new contrac
 Its optional ``decoding`` holds the decoding settings measured best for this model
 (``DECODING_KEYS``), as Hugging Face's generation_config does: they travel with the model, not
 with whatever serves it.
+
+Its optional ``terms`` names a TSV file of place names, English name and the target
+language's own (``Vienna\tWien``), which the service writes the target language's way
+(``service.glossary.Terms`` with ``names``; the setting PLACE_NAMES): a small model copies the
+names it sees and the exonyms with them. ``translate-train place-names`` writes it.
 """
 
 from __future__ import annotations
@@ -170,6 +175,12 @@ class Bundle:
         """The model's recommended decoding settings (a subset of ``DECODING_KEYS``)."""
         return dict(self.manifest.get("decoding", {}))
 
+    @property
+    def terms(self) -> dict[str, str]:
+        """The place names of ``terms``, source name -> target name (empty when none)."""
+        name = self.manifest.get("terms")
+        return read_terms(self.dir / name) if name else {}
+
     def graph_paths(self, variant: str | None = None) -> tuple[Path, Path]:
         """(encoder, decoder) paths of ``variant`` (the manifest's default when None)."""
         name = variant or self.manifest["default_variant"]
@@ -210,6 +221,8 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
     referenced = {manifest["tokenizer"], *manifest.get("vocabulary", {}).values()}
     if manifest.get("target_tokenizer"):
         referenced.add(manifest["target_tokenizer"])
+    if manifest.get("terms"):
+        referenced.add(manifest["terms"])
     for variant in manifest["variants"].values():
         referenced.update((variant["encoder"], variant["decoder"]))
     unlisted = referenced - set(files)
@@ -221,7 +234,22 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
             raise BundleError(f"{directory}: {name} is missing (listed in {MANIFEST})")
         if verify_checksums and sha256_file(file) != expected:
             raise BundleError(f"{file}: sha256 mismatch; the file is corrupted or was replaced")
+    if manifest.get("terms"):
+        read_terms(directory / manifest["terms"])  # refused now, not at the first request
     return Bundle(directory, manifest)
+
+
+def read_terms(path: Path) -> dict[str, str]:
+    """A TSV of source term, tab, target term per line; '#' starts a comment line."""
+    terms: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2 or not all(field.strip() for field in fields):
+            raise BundleError(f"{path}:{number}: expected 'source term<TAB>target term'")
+        terms[fields[0].strip()] = fields[1].strip()
+    return terms
 
 
 def discover_bundles(models_dir: str | Path) -> list[Path]:

@@ -310,33 +310,51 @@ def valid_id(glossary_id: str) -> bool:
 
 
 class Terms:
-    """A glossary's entries compiled for matching (``find``). Built once per request."""
+    """A glossary's entries compiled for matching (``find``). Built once per request.
 
-    def __init__(self, entries: Mapping[str, str]) -> None:
-        exact = {s: t for s, t in entries.items() if _case_matters(s)}
-        folded = {s.casefold(): t for s, t in entries.items() if not _case_matters(s)}
-        self._exact, self._folded = exact, folded
-        self._patterns = [regex.compile(_alternation(terms), flags)
-                          for terms, flags in ((exact, regex.V1),
-                                               (folded, regex.V1 | regex.IGNORECASE))
-                          if terms]
+    ``names``: the entries are place names (a bundle's, ``service.bundle.Bundle.terms``): they
+    match as written only, and not inside a longer name ("Vienna Philharmonic", "Milan
+    Kundera", "in Western Australia": beside a capitalised word that does not start the
+    sentence) nor as a possessive ("Munich's"), which the model inflects itself."""
+
+    def __init__(self, entries: Mapping[str, str], *, names: bool = False) -> None:
+        exact = {s: t for s, t in entries.items() if names or _case_matters(s)}
+        folded = {s.casefold(): t for s, t in entries.items() if not (names or _case_matters(s))}
+        before, after = _NAME_GUARDS if names else ("", "")
+        self._layers = [(regex.compile(before + _alternation(terms) + after, flags), lookup)
+                        for terms, flags, lookup in (
+                            (exact, regex.V1, exact.get),
+                            (folded, regex.V1 | regex.IGNORECASE,
+                             lambda term: folded.get(term.casefold())))
+                        if terms]
+
+    def over(self, base: Terms) -> Terms:
+        """These terms, then ``base``'s where none of these matches (a request's glossary
+        over a bundle's place names)."""
+        layered = Terms({})
+        layered._layers = self._layers + base._layers
+        return layered
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, target term) of every match in ``text``, in order, none overlapping:
-        the longest entry wins where two could match at one place."""
+        the longest entry wins where two could match at one place, an earlier layer's where
+        two layers' could."""
         found: list[tuple[int, int, str]] = []
         taken: list[tuple[int, int]] = []
-        for pattern in self._patterns:
+        for pattern, lookup in self._layers:
             for match in pattern.finditer(text):
                 start, end = match.span()
                 if any(start < b and a < end for a, b in taken):
                     continue
-                term = match.group()
-                target = self._exact.get(term) or self._folded.get(term.casefold())
+                target = lookup(match.group())
                 if target is not None:
                     found.append((start, end, target))
                     taken.append((start, end))
         return sorted(found)
+
+
+# Before and after a place name: no capitalised word but the sentence's first, no "'s".
+_NAME_GUARDS = (r"(?<![\p{L}\d,;:]\s+\p{Lu}[\p{L}-]*\s+)", r"(?!\s+\p{Lu})(?!['’]s(?!\w))")
 
 
 def _case_matters(term: str) -> bool:

@@ -177,6 +177,11 @@ class Settings(BaseSettings):
         "numbers and emoji before translating and put each back verbatim, as often as it was "
         "there (service/placeholders.py)."
     )
+    place_names: bool = Field(
+        True, description="Write the place names a bundle lists (its manifest's terms: "
+        "Vienna -> Wien) the target language's way, as a glossary's terms are applied; a "
+        "request's own glossary comes first."
+    )
     data_dir: Path = Field(
         default_factory=lambda: Path(os.environ.get("XDG_DATA_HOME") or
                                      Path.home() / ".local" / "share") / "nmt-service",

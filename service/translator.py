@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import math
+import re
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from service.engine import Engine
 from service.glossary import Terms, has_word
 from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
 from service.metrics import Metrics
-from service.placeholders import Protected, protect
+from service.placeholders import Protected, Restored, protect
 from service.scheduler import Admission, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Hypothesis, Translation
 from service.sentence_cache import SentenceCache, SharedTier, model_fingerprint, sentence_key
@@ -43,6 +44,7 @@ __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "Tr
 
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+_DIGITS = re.compile(r"\d+")
 FORMATS = ("text", "html")
 WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
@@ -168,6 +170,11 @@ class Translator:
         self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
                        for pair, engine in engines.items()}
         self.pivots = pivots_of(engines)
+        # A bundle's place names, for the pair it was trained on (service.bundle).
+        self.place_names = {
+            pair: Terms(engine.bundle.terms, names=True) for pair, engine in engines.items()
+            if settings.place_names and engine.bundle.terms
+            and pair == (engine.bundle.source_lang, engine.bundle.target_lang)}
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._closed = False
@@ -339,9 +346,13 @@ class Translator:
         finally:
             self.scheduler.release(admission)  # what the sentences did not take
         chosen = [[translations[unique[tuple(ids)]] for ids in text.sources] for text in prepared]
-        if options.glossary is not None:
-            prepared, chosen = await self._hold_to(options.glossary, prepared, chosen, engine,
-                                                   pair, decode, deadline, request_id)
+        glossary, names = options.glossary, self.place_names.get(pair)
+        if names is not None:
+            glossary = names if glossary is None else glossary.over(names)
+        if glossary is not None:
+            prepared, chosen = await self._hold_to(glossary, prepared, chosen, engine, pair,
+                                                   decode, deadline, request_id,
+                                                   required=options.glossary)
         return [
             assemble(text, pieces, options.num_alternatives, options.return_scores,
                      options.return_sentences)
@@ -351,12 +362,16 @@ class Translator:
     async def _hold_to(self, glossary: Terms, prepared: list[Prepared],
                        chosen: list[list[Translation]], engine: Engine, pair: Pair,
                        decode: DecodeOptions, deadline: float | None, request_id: str,
+                       required: Terms | None = None,
                        ) -> tuple[list[Prepared], list[list[Translation]]]:
         """The glossary's terms, in every sentence that has one: a sentence whose own
         translation already holds each target term is kept as it is (most are: the model's
         sentence around the term is better than around a masked item); the others are
         translated again with the terms masked (``protect(terms=...)``), which puts each
-        target term in whatever the model does."""
+        target term in whatever the model does. Terms not ``required`` (a bundle's place
+        names) give way: where the model dropped a mask, which would go back by rule at the
+        sentence's end, or wrote a number the source does not hold ("twenty" as "2"), the
+        sentence keeps its first translation."""
         again: dict[tuple[int, int], str] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
@@ -382,6 +397,9 @@ class Translator:
                                         protected=list(text.protected)) for text in prepared]
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), piece in again.items():
+            if not (required is not None and required.find(piece)) and _worse(
+                    piece, masked[piece].restore(decoded[piece].hypotheses[0].text)):
+                continue
             prepared[t].sources[i] = ids[piece]
             prepared[t].protected[i] = masked[piece]
             chosen[t][i] = decoded[piece]
@@ -449,6 +467,13 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     """``work()``, in a thread when its input is ``large``: below ``_INLINE_CHARS`` the thread
     hop costs more than the work, above it the work would hold up the event loop."""
     return await asyncio.to_thread(work) if large else work()
+
+
+def _worse(source: str, masked: Restored) -> bool:
+    """Whether a translation made with masks lost one (put back by rule) or holds digits
+    that ``source`` does not."""
+    return bool(masked.by_rule) or not set(_DIGITS.findall(masked.text)) <= set(
+        _DIGITS.findall(source))
 
 
 def pivots_of(engines: dict[Pair, Engine]) -> dict[Pair, str]:

@@ -19,7 +19,7 @@ from training.corpus import (
     read_tsv,
 )
 from training.number_words import spell_out
-from training.place_names import PlaceSwapper
+from training.place_names import PlaceSwapper, exonym_terms, write_bundle_terms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OVERFIT = FIXTURES / "overfit.tsv"
@@ -589,6 +589,41 @@ def test_place_swapper_puts_an_exonym_in_both_sides():
 ])
 def test_place_swapper_leaves_pairs_it_cannot_swap_safely(source, target):
     assert _swapper().swap(source, target, random.Random(1)) is None
+
+
+def test_the_exonyms_a_bundle_gets_are_those_its_corpus_translates_so():
+    gazetteer = [*GAZETTEER, ("Jordan", "Jordanien"), ("Zurich", "Zürich"),
+                 ("Central African Republic", "Zentralafrikanische Republik")]
+    corpus = [*USED, ("He lives in Zurich.", "Er wohnt in Zürich."),
+              ("Zurich is old.", "Zürich ist alt."), ("Off to Zurich!", "Nach Zürich!"),
+              ("Vienna's museums.", "Wiens Museen."),  # a possessive: not counted
+              ("The Vienna Boys Choir", "Die Wiener Sängerknaben"),  # a longer name: neither
+              *[(f"They crossed the Jordan {n}.", f"Sie zogen über den Jordan {n}.")
+                for n in range(5)],  # a river, not the country
+              ("Jordan is a country.", "Jordanien ist ein Land.")]
+    terms = exonym_terms(gazetteer, corpus, min_count=2)
+    # Zurich differs by an accent, which counts here; Jordan is mostly the river (1 of 6);
+    # Switzerland takes an article and Argostólion is not used.
+    assert terms == [("Munich", "München", 2, 1.0), ("Vienna", "Wien", 2, 1.0),
+                     ("Zurich", "Zürich", 3, 1.0)]
+    assert exonym_terms(gazetteer, corpus, min_count=3) == [("Zurich", "Zürich", 3, 1.0)]
+
+
+def test_a_bundles_place_names_are_checked_and_read_with_it(tiny_bundle, tmp_path):
+    import shutil
+
+    from service.bundle import BundleError, load_bundle
+
+    bundle = tmp_path / "en-de"
+    shutil.copytree(tiny_bundle, bundle)
+    path = write_bundle_terms(bundle, [("Vienna", "Wien", 2, 1.0)], "made by a test")
+    assert path.read_text(encoding="utf-8") == "# made by a test\nVienna\tWien\n"
+    assert load_bundle(bundle).terms == {"Vienna": "Wien"}
+    path.write_text("Vienna Wien\n", encoding="utf-8")
+    with pytest.raises(BundleError, match="sha256 mismatch"):
+        load_bundle(bundle)
+    with pytest.raises(BundleError, match=r"terms.tsv:1: expected"):
+        load_bundle(bundle, verify_checksums=False)
 
 
 def test_prepare_adds_place_swapped_copies_to_train_only(tmp_path):

@@ -73,6 +73,49 @@ def test_a_term_comes_back_as_its_target_whatever_the_model_does_with_it() -> No
     assert only.text == "The {0} at https://artist.example"
 
 
+def test_place_names_match_alone_as_written_and_a_glossary_comes_first() -> None:
+    names = Terms({"Vienna": "Wien", "Milan": "Mailand", "Australia": "Australien"},
+                  names=True)
+
+    def found(text: str, terms: Terms = names) -> list[str]:
+        return [target for *_, target in terms.find(text)]
+
+    assert found("Milan or Vienna? Visit Australia!") == ["Mailand", "Wien", "Australien"]
+    # Inside a longer name, as a possessive (the model inflects it) or in lower case: left.
+    for text in ("The Vienna Philharmonic", "Milan Kundera wrote it.", "in Western Australia",
+                 "Vienna's museums", "a vienna sausage"):
+        assert found(text) == [], text
+    # A request's glossary comes first; the place names fill in.
+    assert found("Vienna and Milan", Terms({"vienna": "Vienna"}).over(names)) == [
+        "Vienna", "Mailand"]
+
+
+def test_a_bundles_place_names_are_applied_unless_switched_off(tmp_path: Path) -> None:
+    from service.settings import Settings
+    from service.translator import Translator
+    from tests.test_api import fake_factory, fake_models
+
+    models = fake_models(tmp_path / "models", "en-de")
+    build = fake_factory(step_s=0.001)
+
+    def factory(directory: Path, settings: Settings) -> Any:
+        engine = build(directory, settings)
+        engine.bundle.terms = {"Munich": "München", "Vienna": "Wien"}
+        return engine
+
+    texts = ["We live in Munich.", "The Vienna Philharmonic plays.", "Munich's beer."]
+    with Translator.load(Settings(model_dir=models, workers=1),
+                         engine_factory=factory) as translator:
+        # FakeEngine upper-cases: the place name shows as the bundle gives it.
+        assert [r.text for r in translator.translate_batch(texts)] == [
+            "WE LIVE IN München.", "THE VIENNA PHILHARMONIC PLAYS.", "MUNICH'S BEER."]
+        kept = translator.translate_batch(texts[:1], glossary=Terms({"Munich": "Munich"}))
+        assert kept[0].text == "WE LIVE IN Munich."
+    with Translator.load(Settings(model_dir=models, workers=1, place_names=False),
+                         engine_factory=factory) as translator:
+        assert translator.translate_batch(texts[:1])[0].text == "WE LIVE IN MUNICH."
+
+
 # -- the store -------------------------------------------------------------------------------
 
 

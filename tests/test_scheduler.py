@@ -43,6 +43,7 @@ class FakeBundle:
         self.target_lang = target_lang
         self.manifest = {"source_lang": source_lang, "target_lang": target_lang}
         self.pairs = [(source_lang, target_lang)]
+        self.terms: dict[str, str] = {}  # a bundle's place names (service.bundle)
 
 
 class FakeEngine:

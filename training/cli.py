@@ -14,6 +14,8 @@
     translate-train fp16     BUNDLE   (add the fp16 graphs for CUDA to an existing bundle)
     translate-train evaluate BUNDLE TEST.tsv [--beam-size N] [--limit N]
     translate-train corpus   --target de --out runs/corpus/en-de [--sources a,b] [--debs DIR]
+    translate-train place-names BUNDLE --gazetteer GAZ.tsv.xz --corpus TRAIN.tsv
+                             (the exonyms the service writes the target language's way)
 
 Every subcommand takes ``--config FILE.toml`` and repeated ``--set section.field=value``.
 """
@@ -69,6 +71,23 @@ def _recover(args: argparse.Namespace, config: Config) -> None:
     from training.recover import checkpoint_from_bundle
 
     print(checkpoint_from_bundle(args.bundle, args.out))
+
+
+def _place_names(args: argparse.Namespace, config: Config) -> None:
+    from training.corpus import read_pairs
+    from training.place_names import exonym_terms, write_bundle_terms
+
+    gazetteer = list(read_pairs(args.gazetteer))
+    corpus = read_pairs(args.corpus)
+    terms = exonym_terms(gazetteer, corpus, args.min_count, args.min_share)
+    path = write_bundle_terms(args.bundle, terms, (
+        f"Place names written the target language's way: {args.gazetteer}'s "
+        f"exonyms that {args.corpus} translates so in at least "
+        f"{args.min_share:.0%} of at least {args.min_count} sentences "
+        "(translate-train place-names)."))
+    for english, target, count, share in terms:
+        print(f"{english}\t{target}\t{count}\t{share}")
+    print(f"{len(terms)} names -> {path}", file=sys.stderr)
 
 
 def _average(args: argparse.Namespace, config: Config) -> None:
@@ -280,6 +299,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also score each corpus file's share (the --config's data.sources) "
                    "and each of its data.domains")
     p.set_defaults(run=_evaluate)
+    p = commands.add_parser(
+        "place-names", parents=[common],
+        help="add to a bundle the exonyms its training corpus confirms (Vienna -> Wien)")
+    p.add_argument("bundle")
+    p.add_argument("--gazetteer", required=True,
+                   help="English name -> target name pairs, e.g. the recipe's place-names source")
+    p.add_argument("--corpus", required=True, help="the bundle's training pairs (TSV)")
+    p.add_argument("--min-count", type=int, default=3,
+                   help="sentences naming the place, at least (default 3)")
+    p.add_argument("--min-share", type=float, default=0.8,
+                   help="of which the target names it so, at least (default 0.8)")
+    p.set_defaults(run=_place_names)
     p = commands.add_parser(
         "corpus", parents=[common],
         help="rebuild a training corpus (one TSV per source) from Debian packages")

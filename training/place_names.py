@@ -17,11 +17,15 @@ does not use on both sides (the gazetteer's rarer and dated ones).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
+
+from service.glossary import Terms
 
 # Before a place: a preposition, or a verb of travel.
 # ("of", "at", "for" are left out: "the University of Bath", "at Marshall", "for Jordan" name
@@ -38,7 +42,8 @@ _WITH_ARTICLE = re.compile(r"ei$|[Ii]nseln$|[Ss]ahara$|^(?:Schweiz|Ukraine|Niede
                            r"Lausitz|Steiermark|Uckermark|Altmark|Ortenau|Wetterau|Eifel|Rhön|"
                            r"Atlantik|Pazifik|Libanon|Tschad|Irak|Iran|Jemen|Sudan|Kongo|Niger|"
                            r"Malediven|Seychellen|Philippinen|Komoren|Salomonen|Bahamas|"
-                           r"Kapverden|Vereinigten Staaten|USA)$")
+                           r"Kapverden|Vereinigten Staaten|USA)$"
+                          r"|\s(?:Republik|Emirate|Königreich)$")
 _NAME = re.compile(r"[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)*")
 
 
@@ -128,3 +133,60 @@ def _alternatives(names: Iterable[str]) -> str:
 def _whole_word(names: Iterable[str]) -> re.Pattern:
     """Any of ``names`` standing alone, not inside a longer word or hyphenated name."""
     return re.compile(rf"(?<![\w'’-])({_alternatives(names)})(?![\w'’-])")
+
+
+def exonym_terms(gazetteer: Iterable[tuple[str, str]], corpus: Iterable[tuple[str, str]],
+                 min_count: int = 3, min_share: float = 0.8) -> list[tuple[str, str, int, float]]:
+    """The gazetteer's exonyms that the corpus confirms, as (English, target, sentences,
+    share): the English name stands alone in at least ``min_count`` of its sources (not
+    inside a longer name, as ``service.glossary.Terms`` with ``names`` matches it) and the
+    target name, inflected or not, in at least ``min_share`` of their targets. That leaves
+    out names that are also people's ("Jordan", the Bible's river and king; "Georgia", a US
+    state), a library's ("Cairo") and spellings the target language does not use ("Tokio"
+    beside "Tokyo"). Names that take an article in the target ("die Schweiz") are left out:
+    "in Switzerland" would come out "in Schweiz". Accents count here ("Zurich" / "Zürich")."""
+    candidates: dict[str, set[str]] = {}
+    for english, target in gazetteer:
+        if (english != target and _NAME.fullmatch(english) and _NAME.fullmatch(target)
+                and not _NOT_A_NAME.search(english) and not _WITH_ARTICLE.search(target)):
+            candidates.setdefault(english, set()).add(target)
+    if not candidates:
+        return []
+    standing = Terms({english: english for english in candidates}, names=True)
+    targets = {english: [(name, re.compile(rf"(?<![\w'’-]){re.escape(name)}"))
+                         for name in names] for english, names in candidates.items()}
+    seen: Counter[str] = Counter()
+    found: Counter[tuple[str, str]] = Counter()
+    for source, target in corpus:
+        for english in {english for *_, english in standing.find(source)}:
+            seen[english] += 1
+            for name, pattern in targets[english]:
+                if pattern.search(target):
+                    found[english, name] += 1
+    terms = []
+    for english, count in seen.items():
+        if count < min_count:
+            continue
+        best = max(targets[english], key=lambda entry: found[english, entry[0]])[0]
+        share = found[english, best] / count
+        if share >= min_share:
+            terms.append((english, best, count, round(share, 3)))
+    return sorted(terms)
+
+
+def write_bundle_terms(bundle: str | Path, terms: list[tuple[str, str, int, float]],
+                       provenance: str) -> Path:
+    """``terms`` as the bundle's ``terms.tsv``, named in its manifest with its checksum."""
+    from service.bundle import MANIFEST, sha256_file
+
+    directory = Path(bundle)
+    path = directory / "terms.tsv"
+    lines = [f"# {line}" for line in provenance.splitlines()]
+    lines += [f"{english}\t{target}" for english, target, *_ in terms]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    manifest_path = directory / MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["terms"] = path.name
+    manifest["files"][path.name] = sha256_file(path)
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return path

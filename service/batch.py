@@ -118,9 +118,7 @@ class DecodeBatch:
             raise SourceTooLong(
                 f"{len(source_ids)} source tokens; the model accepts at most {e.max_source_tokens}"
             )
-        banned = None
-        if options.digits_from_source and not e.vocabulary.has_digit(source_ids):
-            banned = e.vocabulary.target_digit_ids
+        banned = e.vocabulary.digits_not_in(source_ids) if options.digits_from_source else None
         self.waiting.append(Sentence.start(key, source_ids, options, e.bundle.max_positions,
                                            banned))
 

@@ -24,8 +24,9 @@ class DecodeOptions:
     max_length_ratio: float = 2.0  # and at most ratio * source tokens + 10
     num_hypotheses: int = 1  # n-best, at most beam_size
     no_repeat_ngram_size: int = 0  # > 0: no n-gram of this size twice in a translation
-    # No digit in a translation of a source that has none: a model that invents one turns a
-    # number written as a word into another number ("twenty" -> "2").
+    # No digit in a translation that its source does not hold: a model that invents one turns
+    # a number written as a word into another number ("twenty" -> "2"), also beside the
+    # markers ({0}) of masked items, which hold digits of their own.
     digits_from_source: bool = True
 
     def __post_init__(self) -> None:

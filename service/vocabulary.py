@@ -27,12 +27,13 @@ _BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _SPECIAL = re.compile(r"<[^<>]*>|>>[^<>]*<<")  # <s>, </s>, <unk>, >>fra<< write no text
 
 
-def _writes_digit(piece: str) -> bool:
-    """Whether a piece writes a digit: its text holds one, or it is the byte of one."""
+def _written_digits(piece: str) -> frozenset[str]:
+    """The digits a piece writes: those of its text, or the one it is the byte of."""
     byte = _BYTE.fullmatch(piece)
-    if byte:
-        return chr(int(byte.group(1), 16)).isdigit()
-    return not _SPECIAL.fullmatch(piece) and _DIGIT.search(piece) is not None
+    if byte:  # an ASCII byte; one above 0x7F is part of a longer character ("ò": C3 B2)
+        char = chr(int(byte.group(1), 16))
+        return frozenset(char if char.isascii() and char.isdigit() else "")
+    return frozenset() if _SPECIAL.fullmatch(piece) else frozenset(_DIGIT.findall(piece))
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Vocabulary:
         self._source_ids = ({piece: i for i, piece in enumerate(source_pieces)}
                             if source_pieces is not None else None)
         self._target_ids: dict[str, int] | None = None  # built when first needed
+        self._banned_for: dict[frozenset[str], list[int]] = {}  # digits_not_in, by digits held
         self.target_languages = dict(target_languages or {})
         self._language_ids = {lang: self._piece_id(token)
                               for lang, token in self.target_languages.items()}
@@ -123,22 +125,36 @@ class Vocabulary:
         return ids
 
     @functools.cached_property
-    def _source_digit_ids(self) -> frozenset[int]:
+    def _source_digits(self) -> dict[int, frozenset[str]]:
         size = (len(self.source_pieces) if self.source_pieces is not None
                 else self.source.get_piece_size())
-        return frozenset(i for i in range(size) if _writes_digit(self.source_piece(i)))
+        return {i: digits for i in range(size) if (digits := _written_digits(self.source_piece(i)))}
+
+    @functools.cached_property
+    def _target_digits(self) -> dict[int, frozenset[str]]:
+        size = (len(self.target_pieces) if self.target_pieces is not None
+                else self.target.get_piece_size())
+        return {i: digits for i in range(size) if (digits := _written_digits(self.piece(i)))}
 
     @functools.cached_property
     def target_digit_ids(self) -> list[int]:
-        """The target pieces that hold a digit (``DecodeOptions.digits_from_source``)."""
-        size = (len(self.target_pieces) if self.target_pieces is not None
-                else self.target.get_piece_size())
-        return [i for i in range(size) if _writes_digit(self.piece(i))]
+        """The target pieces that hold a digit."""
+        return list(self._target_digits)
 
     def has_digit(self, source_ids: Sequence[int]) -> bool:
         """Whether a source (ids from ``encode``) holds a digit."""
-        digits = self._source_digit_ids
+        digits = self._source_digits
         return any(token in digits for token in source_ids)
+
+    def digits_not_in(self, source_ids: Sequence[int]) -> list[int]:
+        """The target pieces that write a digit the source (ids from ``encode``) does not hold
+        (``DecodeOptions.digits_from_source``): with no digit in the source, every digit
+        piece; with the markers {0} and {1} of masked items, those that write a 2 ... 9."""
+        held = frozenset().union(*(self._source_digits.get(token, ()) for token in source_ids))
+        if held not in self._banned_for:
+            self._banned_for[held] = [i for i, digits in self._target_digits.items()
+                                      if not digits <= held]
+        return self._banned_for[held]
 
     def source_piece(self, token: int) -> str:
         """The source piece of id ``token``."""

@@ -460,7 +460,8 @@ def prepare_corpus(config: DataConfig, progress: bool = True) -> dict:
     spelled = _spelled_numbers(config, train_pairs)
     swapped = _swapped_places(config, train_pairs, [
         (sources[i], targets[i]) for i in train
-        if not any(part in config.sources[origin[i]].path for part in config.swap_places_skip)])
+        if not any(part in config.sources[origin[i]].path for part in config.swap_places_skip)
+    ] if config.swap_places > 0 else [])
     first_spelled = len(sources)
     for src, tgt in spelled + swapped:
         sources.append(src)

@@ -32,6 +32,7 @@ from service.engine import Engine
 from service.glossary import Terms, has_word
 from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
 from service.metrics import Metrics
+from service.number_words import number_values
 from service.placeholders import Protected, Restored, protect
 from service.scheduler import Admission, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Hypothesis, Translation
@@ -45,6 +46,10 @@ __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "Tr
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
 _DIGITS = re.compile(r"\d+")
+# The beam a sentence whose number words came out as other numbers is decoded again with:
+# beam 4's hypotheses held "dreißig" for "thirty" where beam 2's first named "dreiunddreißig"
+# (docs/placeholders.md).
+KEEP_NUMBERS_BEAM = 4
 FORMATS = ("text", "html")
 WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
@@ -353,6 +358,7 @@ class Translator:
             prepared, chosen = await self._hold_to(glossary, prepared, chosen, engine, pair,
                                                    decode, deadline, request_id,
                                                    required=options.glossary)
+        chosen = await self._keep_numbers(prepared, chosen, pair, decode, deadline, request_id)
         return [
             assemble(text, pieces, options.num_alternatives, options.return_scores,
                      options.return_sentences)
@@ -370,8 +376,9 @@ class Translator:
         translated again with the terms masked (``protect(terms=...)``), which puts each
         target term in whatever the model does. Terms not ``required`` (a bundle's place
         names) give way: where the model dropped a mask, which would go back by rule at the
-        sentence's end, or wrote a number the source does not hold ("twenty" as "2"), the
-        sentence keeps its first translation."""
+        sentence's end, or lost a number of the source ("twenty minutes" as "vier Minuten"),
+        and no hypothesis of a wider beam does better, the sentence keeps its first
+        translation."""
         again: dict[tuple[int, int], str] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
@@ -393,17 +400,61 @@ class Translator:
         decoded = dict(zip(order, await self._decode(
             [tuple(ids[piece]) for piece in order], pair, decode, deadline, None, request_id),
             strict=True))
+        # Terms that may give way: a masked translation that is worse gets a wider beam's
+        # hypotheses, and the first that is not takes its place.
+        worse = [piece for piece in order if not (required is not None and required.find(piece))
+                 and _worse(piece, masked[piece].restore(decoded[piece].text), pair)]
+        if worse:
+            beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
+            wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
+            for piece, translation in zip(worse, await self._decode(
+                    [tuple(ids[piece]) for piece in worse], pair, wide, deadline, None,
+                    request_id), strict=True):
+                good = [h for h in translation.hypotheses
+                        if not _worse(piece, masked[piece].restore(h.text), pair)]
+                if good:
+                    decoded[piece] = _first(good[0], translation)
         prepared = [dataclasses.replace(text, sources=list(text.sources),
                                         protected=list(text.protected)) for text in prepared]
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), piece in again.items():
             if not (required is not None and required.find(piece)) and _worse(
-                    piece, masked[piece].restore(decoded[piece].hypotheses[0].text)):
+                    piece, masked[piece].restore(decoded[piece].text), pair):
                 continue
             prepared[t].sources[i] = ids[piece]
             prepared[t].protected[i] = masked[piece]
             chosen[t][i] = decoded[piece]
         return prepared, chosen
+
+    async def _keep_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
+                            pair: Pair, decode: DecodeOptions, deadline: float | None,
+                            request_id: str) -> list[list[Translation]]:
+        """Numbers written as words kept: a sentence whose source names one (two to
+        ninety-nine, ``service.number_words``) that its translation does not is decoded again
+        with a beam of at least ``KEEP_NUMBERS_BEAM``, and the best hypothesis naming every
+        such number of the source is taken ("thirty minutes": "dreißig", not the first
+        hypothesis' "dreiunddreißig"); with none, the translation stays as it was."""
+        again: dict[tuple[int, int], frozenset[int]] = {}
+        for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
+            for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
+                                                         strict=True)):
+                wanted = number_values(piece, pair[0])
+                if wanted and not wanted <= number_values(translation.text, pair[1]):
+                    again[t, i] = wanted
+        if not again:
+            return chosen
+        beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
+        wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
+        order = list({tuple(prepared[t].sources[i]) for t, i in again})
+        decoded = dict(zip(order, await self._decode(order, pair, wide, deadline, None,
+                                                     request_id), strict=True))
+        chosen = [list(pieces) for pieces in chosen]
+        for (t, i), wanted in again.items():
+            hypotheses = decoded[tuple(prepared[t].sources[i])].hypotheses
+            kept = [h for h in hypotheses if wanted <= number_values(h.text, pair[1])]
+            if kept:
+                chosen[t][i] = _first(kept[0], decoded[tuple(prepared[t].sources[i])])
+        return chosen
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                               deadline: float | None, request_id: str) -> list[TextResult]:
@@ -469,11 +520,17 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     return await asyncio.to_thread(work) if large else work()
 
 
-def _worse(source: str, masked: Restored) -> bool:
-    """Whether a translation made with masks lost one (put back by rule) or holds digits
-    that ``source`` does not."""
+def _first(hypothesis: Hypothesis, translation: Translation) -> Translation:
+    """``translation`` with ``hypothesis`` (one of its own) first."""
+    return Translation([hypothesis, *(h for h in translation.hypotheses if h is not hypothesis)])
+
+
+def _worse(source: str, masked: Restored, pair: Pair) -> bool:
+    """Whether a translation made with masks lost one (put back by rule), holds digits that
+    ``source`` does not, or lost a number ``source`` writes as a word."""
     return bool(masked.by_rule) or not set(_DIGITS.findall(masked.text)) <= set(
-        _DIGITS.findall(source))
+        _DIGITS.findall(source)) or not number_values(source, pair[0]) <= number_values(
+        masked.text, pair[1])
 
 
 def pivots_of(engines: dict[Pair, Engine]) -> dict[Pair, str]:

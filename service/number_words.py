@@ -1,0 +1,54 @@
+"""Numbers written as words: the values from two to ninety-nine a text names ("twenty
+minutes", "thirty-five", "zwanzig Minuten", "fünfunddreißig"), so that a translation can be
+checked to keep them.
+
+Why: a small model turns a number word into another one ("thirty" -> "dreiunddreißig"), and
+nothing in the output shows it; the right one is often among its other hypotheses. The words
+are num2words' for the language (about fifty languages; none for the others, which are then
+not checked). One is left out: it is also an article or a pronoun ("one", "ein", "un"), and
+so are words that are numbers only sometimes; a value names itself by its word alone, never
+an ordinal ("second").
+"""
+
+from __future__ import annotations
+
+import functools
+
+import regex
+from num2words import num2words
+
+SMALLEST, LARGEST = 2, 99
+_WORD = regex.compile(r"\p{L}+(?:-\p{L}+)*")
+
+
+@functools.lru_cache(maxsize=64)
+def _words(lang: str) -> dict[str, int] | None:
+    """Each number word of ``lang`` (case-folded) and its value; None for a language
+    num2words does not write."""
+    try:
+        words = {num2words(n, lang=lang).casefold(): n for n in range(SMALLEST, LARGEST + 1)}
+    except (NotImplementedError, KeyError, ValueError):
+        return None
+    for word, value in list(words.items()):  # "thirty-five" is also written "thirty five"
+        if "-" in word:
+            words.setdefault(word.replace("-", " "), value)
+    return words
+
+
+def number_values(text: str, lang: str) -> frozenset[int]:
+    """The values from two to ninety-nine ``text`` writes as words in ``lang``."""
+    words = _words(lang)
+    if not words:
+        return frozenset()
+    tokens = _WORD.findall(text.casefold())
+    found, i = set(), 0
+    while i < len(tokens):
+        pair = f"{tokens[i]} {tokens[i + 1]}" if i + 1 < len(tokens) else ""
+        if pair in words:
+            found.add(words[pair])
+            i += 2
+            continue
+        if tokens[i] in words:
+            found.add(words[tokens[i]])
+        i += 1
+    return frozenset(found)

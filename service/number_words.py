@@ -18,13 +18,18 @@ import regex
 from num2words import num2words
 
 SMALLEST, LARGEST = 2, 99
+# Written without spaces between words: a number word cannot be told from the word it is
+# glued to ("三十分"), so these are not checked (num2words writes Japanese and Thai).
+UNSPACED = frozenset({"ja", "zh", "th", "lo", "km", "my"})
 _WORD = regex.compile(r"\p{L}+(?:-\p{L}+)*")
 
 
 @functools.lru_cache(maxsize=64)
 def _words(lang: str) -> dict[str, int] | None:
     """Each number word of ``lang`` (case-folded) and its value; None for a language
-    num2words does not write."""
+    num2words does not write or one written without spaces."""
+    if lang.split("-")[0].split("_")[0].lower() in UNSPACED:
+        return None
     try:
         words = {num2words(n, lang=lang).casefold(): n for n in range(SMALLEST, LARGEST + 1)}
     except (NotImplementedError, KeyError, ValueError):

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("I have one sister, the second one, often.", "en", set()),
     ("Ich habe eine Schwester.", "de", set()),
     ("seventy", "xx", set()),  # a language num2words does not write: not checked
+    ("三十", "ja", set()),  # nor one written without spaces
 ])
 def test_number_words_are_read_as_their_values(text, lang, values):
     assert number_values(text, lang) == values

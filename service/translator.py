@@ -402,7 +402,8 @@ class Translator:
             strict=True))
         # Terms that may give way: a masked translation that is worse gets a wider beam's
         # hypotheses, and the first that is not takes its place.
-        worse = [piece for piece in order if not (required is not None and required.find(piece))
+        optional = {piece for piece in order if required is None or not required.find(piece)}
+        worse = [piece for piece in order if piece in optional
                  and _worse(piece, masked[piece].restore(decoded[piece].text), pair)]
         if worse:
             beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
@@ -418,8 +419,8 @@ class Translator:
                                         protected=list(text.protected)) for text in prepared]
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), piece in again.items():
-            if not (required is not None and required.find(piece)) and _worse(
-                    piece, masked[piece].restore(decoded[piece].text), pair):
+            if piece in optional and _worse(piece, masked[piece].restore(decoded[piece].text),
+                                            pair):
                 continue
             prepared[t].sources[i] = ids[piece]
             prepared[t].protected[i] = masked[piece]
@@ -450,10 +451,10 @@ class Translator:
                                                      request_id), strict=True))
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), wanted in again.items():
-            hypotheses = decoded[tuple(prepared[t].sources[i])].hypotheses
-            kept = [h for h in hypotheses if wanted <= number_values(h.text, pair[1])]
+            wider = decoded[tuple(prepared[t].sources[i])]
+            kept = [h for h in wider.hypotheses if wanted <= number_values(h.text, pair[1])]
             if kept:
-                chosen[t][i] = _first(kept[0], decoded[tuple(prepared[t].sources[i])])
+                chosen[t][i] = _first(kept[0], wider)
         return chosen
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,

@@ -374,11 +374,11 @@ class Translator:
         translation already holds each target term is kept as it is (most are: the model's
         sentence around the term is better than around a masked item); the others are
         translated again with the terms masked (``protect(terms=...)``), which puts each
-        target term in whatever the model does. Terms not ``required`` (a bundle's place
-        names) give way: where the model dropped a mask, which would go back by rule at the
-        sentence's end, or lost a number of the source ("twenty minutes" as "vier Minuten"),
-        and no hypothesis of a wider beam does better, the sentence keeps its first
-        translation."""
+        target term in whatever the model does. Where the model dropped a mask, which would
+        go back by rule at the sentence's end, or lost a number of the source ("twenty
+        minutes" as "vier Minuten"), the first hypothesis of a wider beam that did neither is
+        taken; with none, terms not ``required`` (a bundle's place names) give way, and the
+        sentence keeps its first translation."""
         again: dict[tuple[int, int], str] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
@@ -400,11 +400,11 @@ class Translator:
         decoded = dict(zip(order, await self._decode(
             [tuple(ids[piece]) for piece in order], pair, decode, deadline, None, request_id),
             strict=True))
-        # Terms that may give way: a masked translation that is worse gets a wider beam's
-        # hypotheses, and the first that is not takes its place.
+        # A masked translation that is worse gets a wider beam's hypotheses, and the first
+        # that is not takes its place.
         optional = {piece for piece in order if required is None or not required.find(piece)}
-        worse = [piece for piece in order if piece in optional
-                 and _worse(piece, masked[piece].restore(decoded[piece].text), pair)]
+        worse = [piece for piece in order
+                 if _worse(piece, masked[piece].restore(decoded[piece].text), pair)]
         if worse:
             beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
             wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)

@@ -241,10 +241,13 @@ def write_vtt(captions: webvtt.WebVTT, translations: list[str]) -> str:
 XLIFF_INLINE = ("g", "x", "bx", "ex", "ph", "bpt", "ept", "it", "mrk", "sub", "pc", "sc", "ec")
 # Each kind's inline elements besides HTML's: XLIFF's codes, a DOCX paragraph's runs.
 INLINE_TAGS = {"xliff": XLIFF_INLINE, "docx": ("r",), "pptx": ("r",), "odf": ("t",)}
-# Attributes a reader is shown as text (an image's description, a tooltip): translated in a
+# Attributes a reader is shown or read out as text (an image's description, a tooltip, an
+# empty field's hint, a screen reader's label): translated in a
 # page, a book or a Markdown file, where text left in the source language would be a gap. An
 # HTML fragment sent to the text APIs keeps its attributes as written.
-TEXT_ATTRIBUTES = dict.fromkeys(("html", "epub", "markdown"), ("alt", "title"))
+TEXT_ATTRIBUTES = {**dict.fromkeys(("html", "epub"), ("alt", "title", "placeholder",
+                                                    "aria-label")),
+                   "markdown": ("alt", "title")}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # A parser that resolves no entity and reads no DTD or network resource.

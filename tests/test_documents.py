@@ -60,13 +60,16 @@ def test_deepls_client_translates_text_and_html_files(server: ServerProcess,
         "FIRST LINE. SECOND SENTENCE.\nSAME PARAGRAPH.\n\nNEXT ONE\n")
     page = tmp_path / "page.html"
     page.write_text('<p>Hello <b>bold</b> <a href="https://x.example" title="Home">world</a>'
-                    '<img src="cat.png" alt="A cat"></p>')
+                    '<img src="cat.png" alt="A cat"></p><input name="q" value="q" '
+                    'placeholder="Search" aria-label="Search the site">')
     client.translate_document_from_filepath(page, tmp_path / "out.html", source_lang="EN",
                                             target_lang="DE")
-    # A page's alt text and tooltips are text its readers see: translated too.
+    # A page's alt text, tooltips, field hints and screen-reader labels are text its readers
+    # see or hear: translated too (a field's value is the form's, not the reader's).
     assert (tmp_path / "out.html").read_text() == (
         '<p>HELLO <b>BOLD</b> <a href="https://x.example" title="HOME">WORLD</a>'
-        '<img src="cat.png" alt="A CAT"></p>')
+        '<img src="cat.png" alt="A CAT"></p><input name="q" value="q" placeholder="SEARCH" '
+        'aria-label="SEARCH THE SITE">')
     glossary = client.create_glossary("g", "EN", "DE", {"line": "Zeile"})
     client.translate_document_from_filepath(text, tmp_path / "glossed.txt", source_lang="EN",
                                             target_lang="DE", glossary=glossary)

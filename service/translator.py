@@ -380,6 +380,7 @@ class Translator:
         taken; with none, terms not ``required`` (a bundle's place names) give way, and the
         sentence keeps its first translation."""
         again: dict[tuple[int, int], str] = {}
+        first: dict[str, str] = {}  # each piece's own translation
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
                                                          strict=True)):
@@ -390,6 +391,7 @@ class Translator:
                 output = protected.restore(best).text if protected else best
                 if not all(has_word(output, target) for target in targets):
                     again[t, i] = piece
+                    first[piece] = output
         if not again:
             return prepared, chosen
         protect_items = self.settings.protect_untranslatables
@@ -404,7 +406,7 @@ class Translator:
         # that is not takes its place.
         optional = {piece for piece in order if required is None or not required.find(piece)}
         worse = [piece for piece in order
-                 if _worse(piece, masked[piece].restore(decoded[piece].text), pair)]
+                 if _worse(masked[piece].restore(decoded[piece].text), piece, first[piece], pair)]
         if worse:
             beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
             wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
@@ -412,15 +414,15 @@ class Translator:
                     [tuple(ids[piece]) for piece in worse], pair, wide, deadline, None,
                     request_id), strict=True):
                 good = [h for h in translation.hypotheses
-                        if not _worse(piece, masked[piece].restore(h.text), pair)]
+                        if not _worse(masked[piece].restore(h.text), piece, first[piece], pair)]
                 if good:
                     decoded[piece] = _first(good[0], translation)
         prepared = [dataclasses.replace(text, sources=list(text.sources),
                                         protected=list(text.protected)) for text in prepared]
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), piece in again.items():
-            if piece in optional and _worse(piece, masked[piece].restore(decoded[piece].text),
-                                            pair):
+            if piece in optional and _worse(masked[piece].restore(decoded[piece].text), piece,
+                                            first[piece], pair):
                 continue
             prepared[t].sources[i] = ids[piece]
             prepared[t].protected[i] = masked[piece]
@@ -526,12 +528,13 @@ def _first(hypothesis: Hypothesis, translation: Translation) -> Translation:
     return Translation([hypothesis, *(h for h in translation.hypotheses if h is not hypothesis)])
 
 
-def _worse(source: str, masked: Restored, pair: Pair) -> bool:
-    """Whether a translation made with masks lost one (put back by rule), holds digits that
-    ``source`` does not, or lost a number ``source`` writes as a word."""
+def _worse(masked: Restored, source: str, first: str, pair: Pair) -> bool:
+    """Whether a translation of ``source`` made with masks lost one (put back by rule),
+    holds digits that ``source`` does not, or lost a number written as a word that ``first``,
+    the translation without masks, kept."""
+    kept = number_values(source, pair[0]) & number_values(first, pair[1])
     return bool(masked.by_rule) or not set(_DIGITS.findall(masked.text)) <= set(
-        _DIGITS.findall(source)) or not number_values(source, pair[0]) <= number_values(
-        masked.text, pair[1])
+        _DIGITS.findall(source)) or not kept <= number_values(masked.text, pair[1])
 
 
 def pivots_of(engines: dict[Pair, Engine]) -> dict[Pair, str]:

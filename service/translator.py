@@ -375,10 +375,10 @@ class Translator:
         sentence around the term is better than around a masked item); the others are
         translated again with the terms masked (``protect(terms=...)``), which puts each
         target term in whatever the model does. Where the model dropped a mask, which would
-        go back by rule at the sentence's end, or lost a number of the source ("twenty
-        minutes" as "vier Minuten"), the first hypothesis of a wider beam that did neither is
-        taken; with none, terms not ``required`` (a bundle's place names) give way, and the
-        sentence keeps its first translation."""
+        go back by rule at the sentence's end, or lost a number its own translation kept
+        ("zwanzig Minuten" as "vier Minuten"), the first hypothesis of a wider beam that did
+        neither is taken; with none, terms not ``required`` (a bundle's place names) give
+        way, and the sentence keeps its first translation."""
         again: dict[tuple[int, int], str] = {}
         first: dict[str, str] = {}  # each piece's own translation
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):

@@ -62,6 +62,7 @@ names it sees and the exonyms with them. ``translate-train place-names`` writes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -175,9 +176,10 @@ class Bundle:
         """The model's recommended decoding settings (a subset of ``DECODING_KEYS``)."""
         return dict(self.manifest.get("decoding", {}))
 
-    @property
+    @functools.cached_property
     def terms(self) -> dict[str, str]:
-        """The place names of ``terms``, source name -> target name (empty when none)."""
+        """The place names of ``terms``, source name -> target name (empty when none); read
+        once."""
         name = self.manifest.get("terms")
         return read_terms(self.dir / name) if name else {}
 
@@ -234,9 +236,9 @@ def load_bundle(path: str | Path, verify_checksums: bool = True) -> Bundle:
             raise BundleError(f"{directory}: {name} is missing (listed in {MANIFEST})")
         if verify_checksums and sha256_file(file) != expected:
             raise BundleError(f"{file}: sha256 mismatch; the file is corrupted or was replaced")
-    if manifest.get("terms"):
-        read_terms(directory / manifest["terms"])  # refused now, not at the first request
-    return Bundle(directory, manifest)
+    bundle = Bundle(directory, manifest)
+    _ = bundle.terms  # read now: a malformed terms file is refused at load, not at a request
+    return bundle
 
 
 def read_terms(path: Path) -> dict[str, str]:

@@ -141,11 +141,6 @@ class Vocabulary:
         """The target pieces that hold a digit."""
         return list(self._target_digits)
 
-    def has_digit(self, source_ids: Sequence[int]) -> bool:
-        """Whether a source (ids from ``encode``) holds a digit."""
-        digits = self._source_digits
-        return any(token in digits for token in source_ids)
-
     def digits_not_in(self, source_ids: Sequence[int]) -> list[int]:
         """The target pieces that write a digit the source (ids from ``encode``) does not hold
         (``DecodeOptions.digits_from_source``): with no digit in the source, every digit

@@ -405,24 +405,23 @@ class Translator:
         # A masked translation that is worse gets a wider beam's hypotheses, and the first
         # that is not takes its place.
         optional = {piece for piece in order if required is None or not required.find(piece)}
-        worse = [piece for piece in order
-                 if _worse(masked[piece].restore(decoded[piece].text), piece, first[piece], pair)]
+        worse = {piece for piece in order
+                 if _worse(masked[piece].restore(decoded[piece].text), piece, first[piece], pair)}
         if worse:
-            beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
-            wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
-            for piece, translation in zip(worse, await self._decode(
-                    [tuple(ids[piece]) for piece in worse], pair, wide, deadline, None,
-                    request_id), strict=True):
-                good = [h for h in translation.hypotheses
-                        if not _worse(masked[piece].restore(h.text), piece, first[piece], pair)]
-                if good:
-                    decoded[piece] = _first(good[0], translation)
+            listed = list(worse)
+            for piece, translation in zip(listed, await self._decode(
+                    [tuple(ids[piece]) for piece in listed], pair, _wider(decode), deadline,
+                    None, request_id), strict=True):
+                good = next((h for h in translation.hypotheses if not _worse(
+                    masked[piece].restore(h.text), piece, first[piece], pair)), None)
+                if good is not None:
+                    decoded[piece] = _first(good, translation)
+                    worse.discard(piece)
         prepared = [dataclasses.replace(text, sources=list(text.sources),
                                         protected=list(text.protected)) for text in prepared]
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), piece in again.items():
-            if piece in optional and _worse(masked[piece].restore(decoded[piece].text), piece,
-                                            first[piece], pair):
+            if piece in optional and piece in worse:
                 continue
             prepared[t].sources[i] = ids[piece]
             prepared[t].protected[i] = masked[piece]
@@ -446,17 +445,16 @@ class Translator:
                     again[t, i] = wanted
         if not again:
             return chosen
-        beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
-        wide = dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
         order = list({tuple(prepared[t].sources[i]) for t, i in again})
-        decoded = dict(zip(order, await self._decode(order, pair, wide, deadline, None,
-                                                     request_id), strict=True))
+        decoded = dict(zip(order, await self._decode(order, pair, _wider(decode), deadline,
+                                                     None, request_id), strict=True))
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), wanted in again.items():
             wider = decoded[tuple(prepared[t].sources[i])]
-            kept = [h for h in wider.hypotheses if wanted <= number_values(h.text, pair[1])]
-            if kept:
-                chosen[t][i] = _first(kept[0], wider)
+            kept = next((h for h in wider.hypotheses
+                         if wanted <= number_values(h.text, pair[1])), None)
+            if kept is not None:
+                chosen[t][i] = _first(kept, wider)
         return chosen
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
@@ -521,6 +519,12 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     """``work()``, in a thread when its input is ``large``: below ``_INLINE_CHARS`` the thread
     hop costs more than the work, above it the work would hold up the event loop."""
     return await asyncio.to_thread(work) if large else work()
+
+
+def _wider(decode: DecodeOptions) -> DecodeOptions:
+    """``decode`` with a beam of at least ``KEEP_NUMBERS_BEAM``, every hypothesis returned."""
+    beam = max(KEEP_NUMBERS_BEAM, decode.beam_size)
+    return dataclasses.replace(decode, beam_size=beam, num_hypotheses=beam)
 
 
 def _first(hypothesis: Hypothesis, translation: Translation) -> Translation:

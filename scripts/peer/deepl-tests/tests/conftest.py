@@ -74,13 +74,13 @@ def server(config):
 
         def respond_with_429(self, count):
             """Instructs the mock server to reject N /translate requests from
-            this session with 429 status codes."""
+            this mock-server client with 429 status codes."""
             if self.is_mock_server:
                 self.headers["mock-server-session-429-count"] = str(count)
 
         def init_character_limit(self, count):
             """Instructs the mock server to initialize user accounts created by
-            this session with given character limit."""
+            this mock-server client with given character limit."""
             if self.is_mock_server:
                 self.headers["mock-server-session-init-character-limit"] = str(
                     count
@@ -88,7 +88,7 @@ def server(config):
 
         def init_document_limit(self, count):
             """Instructs the mock server to initialize user accounts created by
-            this session with given document limit."""
+            this mock-server client with given document limit."""
             if self.is_mock_server:
                 self.headers["mock-server-session-init-document-limit"] = str(
                     count
@@ -96,7 +96,7 @@ def server(config):
 
         def init_team_document_limit(self, count):
             """Instructs the mock server to initialize user accounts created by
-            this session with given team document limit."""
+            this mock-server client with given team document limit."""
             if self.is_mock_server:
                 self.headers[
                     "mock-server-session-init-team-document-limit"
@@ -104,7 +104,7 @@ def server(config):
 
         def set_doc_failure(self, count):
             """Instructs the mock server to fail during translation of N
-            documents during this session."""
+            documents from this mock-server client."""
             if self.is_mock_server:
                 self.headers["mock-server-session-doc-failure"] = str(count)
 

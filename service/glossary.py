@@ -315,7 +315,8 @@ class Terms:
     ``names``: the entries are place names (a bundle's, ``service.bundle.Bundle.terms``): they
     match as written only, and not inside a longer name ("Vienna Philharmonic", "Milan
     Kundera", "in Western Australia": beside a capitalised word that does not start the
-    sentence) nor as a possessive ("Munich's"), which the model inflects itself."""
+    sentence, or after a qualifier such as "South" that does) nor as a possessive
+    ("Munich's"), which the model inflects itself."""
 
     def __init__(self, entries: Mapping[str, str], *, names: bool = False) -> None:
         exact = {s: t for s, t in entries.items() if names or _case_matters(s)}
@@ -353,8 +354,14 @@ class Terms:
         return sorted(found)
 
 
-# Before and after a place name: no capitalised word but the sentence's first, no "'s".
-_NAME_GUARDS = (r"(?<![\p{L}\d,;:]\s+\p{Lu}[\p{L}-]*\s+)", r"(?!\s+\p{Lu})(?!['’]s(?!\w))")
+# Before and after a place name: no capitalised word but the sentence's first, no "'s". A
+# qualifier that names another place ("South Australia", "New Mexico", "Upper Austria") is
+# never a sentence's ordinary first word, so it counts wherever it stands.
+_QUALIFIERS = ("North", "South", "East", "West", "Northern", "Southern", "Eastern", "Western",
+               "Central", "New", "Upper", "Lower", "Greater", "Outer", "Inner")
+_NAME_GUARDS = (r"(?<![\p{L}\d,;:]\s+\p{Lu}[\p{L}-]*\s+)"
+                r"(?<!\b(?:" + "|".join(_QUALIFIERS) + r")[\s-]+)",
+                r"(?!\s+\p{Lu})(?!['’]s(?!\w))")
 
 
 def _case_matters(term: str) -> bool:

@@ -83,7 +83,8 @@ def test_place_names_match_alone_as_written_and_a_glossary_comes_first() -> None
     assert found("Milan or Vienna? Visit Australia!") == ["Mailand", "Wien", "Australien"]
     # Inside a longer name, as a possessive (the model inflects it) or in lower case: left.
     for text in ("The Vienna Philharmonic", "Milan Kundera wrote it.", "in Western Australia",
-                 "Vienna's museums", "a vienna sausage"):
+                 "South Australia", "Visit South Australia", "Vienna's museums",
+                 "a vienna sausage"):
         assert found(text) == [], text
     # A request's glossary comes first; the place names fill in.
     assert found("Vienna and Milan", Terms({"vienna": "Vienna"}).over(names)) == [

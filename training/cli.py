@@ -306,8 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gazetteer", required=True,
                    help="English name -> target name pairs, e.g. the recipe's place-names source")
     p.add_argument("--corpus", required=True, help="the bundle's training pairs (TSV)")
-    p.add_argument("--min-count", type=int, default=3,
-                   help="sentences naming the place, at least (default 3)")
+    p.add_argument("--min-count", type=int, default=2,
+                   help="sentences naming the place, at least (default 2)")
     p.add_argument("--min-share", type=float, default=0.8,
                    help="of which the target names it so, at least (default 0.8)")
     p.set_defaults(run=_place_names)

@@ -136,7 +136,7 @@ def _whole_word(names: Iterable[str]) -> re.Pattern:
 
 
 def exonym_terms(gazetteer: Iterable[tuple[str, str]], corpus: Iterable[tuple[str, str]],
-                 min_count: int = 3, min_share: float = 0.8) -> list[tuple[str, str, int, float]]:
+                 min_count: int = 2, min_share: float = 0.8) -> list[tuple[str, str, int, float]]:
     """The gazetteer's exonyms that the corpus confirms, as (English, target, sentences,
     share): the English name stands alone in at least ``min_count`` of its sources (not
     inside a longer name, as ``service.glossary.Terms`` with ``names`` matches it) and the

@@ -126,10 +126,15 @@ class TranslationFailed(SchedulerError):
 
 @dataclass(eq=False)
 class Admission:
-    """Queue room held for a request while its text is split and tokenised (``admit``)."""
+    """Queue room held for a request while its text is split and tokenised (``admit``), and
+    the request's standing as accepted until ``release``: its later passes (a glossary's
+    masked sentences, a wider beam) are queued whatever the queue holds and while draining,
+    and draining waits for them."""
 
     pair: str
     room: int
+    open: bool = True
+    submitted: bool = False
 
 
 @dataclass(eq=False)
@@ -288,6 +293,7 @@ class Scheduler:
         self._idle_cond = threading.Condition(self._lock)  # drain() waits here
         self._waiting = 0
         self._held = 0  # queue room held by admissions not yet turned into sentences
+        self._open = 0  # admitted requests not yet released: draining waits for them
         self._accepting = True
         self._stopping = False
         self._failed = False
@@ -357,6 +363,7 @@ class Scheduler:
             if self._waiting + self._held + sentences > self._max_queue:
                 raise QueueFull(self._retry_after())
             self._held += sentences
+            self._open += 1
         return Admission(pair, sentences)
 
     def check_room(self) -> None:
@@ -366,11 +373,24 @@ class Scheduler:
             if self._waiting + self._held >= self._max_queue:
                 raise QueueFull(self._retry_after())
 
-    def release(self, admission: Admission) -> None:
-        """Give back what is left of an admission's room (nothing once ``translate`` ran)."""
+    def release_room(self, admission: Admission) -> None:
+        """Give back what is left of an admission's room (nothing once ``translate`` ran);
+        the request stays accepted."""
         with self._lock:
             self._held -= admission.room
             admission.room = 0
+
+    def release(self, admission: Admission) -> None:
+        """The request is done: give back what is left of its room and its standing as
+        accepted. Twice is harmless."""
+        with self._lock:
+            self._held -= admission.room
+            admission.room = 0
+            if admission.open:
+                admission.open = False
+                self._open -= 1
+                if self._idle():
+                    self._idle_cond.notify_all()
 
     async def translate(
         self,
@@ -385,10 +405,12 @@ class Scheduler:
         """Translate tokenised sentences; ``deadline`` is in ``loop.time()`` terms.
 
         With ``admission`` the sentences take the room it holds (more, if the estimate fell
-        short and the queue has it). Raises RequestTooLarge, QueueFull or ShuttingDown without
-        accepting anything, DeadlineExceeded after dropping the request's sentences,
-        TranslationFailed or WorkerRestarted after a fault, or the engine's error for a
-        sentence it refused.
+        short and the queue has it); a second call with the same open admission is a later
+        pass of an accepted request, queued even past ``max_queue`` and while draining:
+        refusing it would lose the work accepted (it is bounded by the request's own
+        sentences). Raises RequestTooLarge, QueueFull or ShuttingDown without accepting
+        anything, DeadlineExceeded after dropping the request's sentences, TranslationFailed
+        or WorkerRestarted after a fault, or the engine's error for a sentence it refused.
         """
         if admission is not None and admission.pair != pair:
             raise ValueError(f"an admission for {admission.pair} used for {pair}")
@@ -429,18 +451,25 @@ class Scheduler:
         now = time.monotonic()
         with self._lock:
             held = 0
+            later = admission is not None and admission.open and admission.submitted
             if admission is not None:
                 held, admission.room = admission.room, 0
                 self._held -= held
-            self._check_open()
+                admission.submitted = True
+            if later:
+                if self._failed or self._stopping:
+                    raise SchedulerFailed() if self._failed else ShuttingDown()
+            else:
+                self._check_open()
             quarantined = self._quarantine.get(request.pair, {})
             for index, source in enumerate(request.sources):
                 if tuple(source) in quarantined:
                     raise TranslationFailed(request.id, index)
             count = len(request.sources)
-            if count > self._max_request:
+            if not later and count > self._max_request:
                 raise RequestTooLarge(count, self._max_request)
-            if count > held and self._waiting + self._held + count > self._max_queue:
+            if (not later and count > held
+                    and self._waiting + self._held + count > self._max_queue):
                 raise QueueFull(self._retry_after())
             beam = getattr(request.options, "beam_size", 1)
             for index, source in enumerate(request.sources):
@@ -508,7 +537,7 @@ class Scheduler:
 
     def _idle(self) -> bool:
         cancelling = any(worker.cancelled for worker in self._workers)
-        return not self._waiting and not cancelling and not self.in_flight
+        return not self._waiting and not cancelling and not self.in_flight and not self._open
 
     def _run(self, worker: _Worker) -> None:
         try:

@@ -336,6 +336,8 @@ class Translator:
         if sentences > self.scheduler.max_request_sentences:
             sentences = sum(len(split_sentences(text).pieces) for text in set(texts))
         admission = self.scheduler.admit(label, sentences)
+        # Held until the last pass: the glossary's and the number check's decodes belong to a
+        # request already accepted, and are neither refused for a full queue nor cut by a drain.
         try:
             protect_items = self.settings.protect_untranslatables
             prepared = await _off_loop(sum(map(len, texts)) > _INLINE_CHARS, lambda: prepare_texts(
@@ -348,17 +350,20 @@ class Translator:
                     unique.setdefault(tuple(ids), len(unique))
             translations = await self._decode(list(unique), pair, decode, deadline, admission,
                                               request_id)
+            self.scheduler.release_room(admission)  # what the sentences did not take
+            chosen = [[translations[unique[tuple(ids)]] for ids in text.sources]
+                      for text in prepared]
+            glossary, names = options.glossary, self.place_names.get(pair)
+            if names is not None:
+                glossary = names if glossary is None else glossary.over(names)
+            if glossary is not None:
+                prepared, chosen = await self._hold_to(glossary, prepared, chosen, engine, pair,
+                                                       decode, deadline, admission, request_id,
+                                                       required=options.glossary)
+            chosen = await self._keep_numbers(prepared, chosen, pair, decode, deadline,
+                                              admission, request_id)
         finally:
-            self.scheduler.release(admission)  # what the sentences did not take
-        chosen = [[translations[unique[tuple(ids)]] for ids in text.sources] for text in prepared]
-        glossary, names = options.glossary, self.place_names.get(pair)
-        if names is not None:
-            glossary = names if glossary is None else glossary.over(names)
-        if glossary is not None:
-            prepared, chosen = await self._hold_to(glossary, prepared, chosen, engine, pair,
-                                                   decode, deadline, request_id,
-                                                   required=options.glossary)
-        chosen = await self._keep_numbers(prepared, chosen, pair, decode, deadline, request_id)
+            self.scheduler.release(admission)
         return [
             assemble(text, pieces, options.num_alternatives, options.return_scores,
                      options.return_sentences)
@@ -367,8 +372,8 @@ class Translator:
 
     async def _hold_to(self, glossary: Terms, prepared: list[Prepared],
                        chosen: list[list[Translation]], engine: Engine, pair: Pair,
-                       decode: DecodeOptions, deadline: float | None, request_id: str,
-                       required: Terms | None = None,
+                       decode: DecodeOptions, deadline: float | None,
+                       admission: Admission, request_id: str, required: Terms | None = None,
                        ) -> tuple[list[Prepared], list[list[Translation]]]:
         """The glossary's terms, in every sentence that has one: a sentence whose own
         translation already holds each target term is kept as it is (most are: the model's
@@ -400,7 +405,8 @@ class Translator:
         ids = {piece: engine.tokenize(p.text, pair[1]) for piece, p in masked.items()}
         order = list(masked)
         decoded = dict(zip(order, await self._decode(
-            [tuple(ids[piece]) for piece in order], pair, decode, deadline, None, request_id),
+            [tuple(ids[piece]) for piece in order], pair, decode, deadline, admission,
+            request_id),
             strict=True))
         # A masked translation that is worse gets a wider beam's hypotheses, and the first
         # that is not takes its place.
@@ -411,7 +417,7 @@ class Translator:
             listed = list(worse)
             for piece, translation in zip(listed, await self._decode(
                     [tuple(ids[piece]) for piece in listed], pair, _wider(decode), deadline,
-                    None, request_id), strict=True):
+                    admission, request_id), strict=True):
                 good = next((h for h in translation.hypotheses if not _worse(
                     masked[piece].restore(h.text), piece, first[piece], pair)), None)
                 if good is not None:
@@ -430,7 +436,7 @@ class Translator:
 
     async def _keep_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
                             pair: Pair, decode: DecodeOptions, deadline: float | None,
-                            request_id: str) -> list[list[Translation]]:
+                            admission: Admission, request_id: str) -> list[list[Translation]]:
         """Numbers written as words kept: a sentence whose source names one (two to
         ninety-nine, ``service.number_words``) that its translation does not is decoded again
         with a beam of at least ``KEEP_NUMBERS_BEAM``, and the best hypothesis naming every
@@ -447,7 +453,7 @@ class Translator:
             return chosen
         order = list({tuple(prepared[t].sources[i]) for t, i in again})
         decoded = dict(zip(order, await self._decode(order, pair, _wider(decode), deadline,
-                                                     None, request_id), strict=True))
+                                                     admission, request_id), strict=True))
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), wanted in again.items():
             wider = decoded[tuple(prepared[t].sources[i])]

@@ -117,6 +117,43 @@ def test_a_bundles_place_names_are_applied_unless_switched_off(tmp_path: Path) -
         assert translator.translate_batch(texts[:1])[0].text == "WE LIVE IN MUNICH."
 
 
+def test_a_place_names_second_pass_is_not_refused_when_the_queue_fills(tmp_path: Path) -> None:
+    """The masked sentence's decode belongs to a request already accepted: others filling the
+    queue meanwhile, or a drain, must not turn it into a 429 after the work was taken on."""
+    from service.scheduler import QueueFull
+    from service.settings import Settings
+    from service.translator import TranslateOptions, Translator
+    from tests.test_api import fake_factory, fake_models
+
+    models = fake_models(tmp_path / "models", "en-de")
+    build = fake_factory(step_s=0.02)
+
+    def factory(directory: Path, settings: Settings) -> Any:
+        engine = build(directory, settings)
+        engine.bundle.terms = {"Munich": "München"}
+        return engine
+
+    with Translator.load(Settings(model_dir=models, workers=1, max_queue=4),
+                         engine_factory=factory) as translator:
+        scheduler = translator.scheduler
+
+        async def main() -> str:
+            task = asyncio.create_task(translator.translate(
+                ["We live in Munich."], ("en", "de"), TranslateOptions()))
+            while not scheduler.in_flight:  # its first pass is decoding
+                await asyncio.sleep(0.002)
+            held = []
+            with pytest.raises(QueueFull):  # others take every place left
+                while True:
+                    held.append(scheduler.admit("en-de", 1))
+            result = await task
+            for admission in held:
+                scheduler.release(admission)
+            return result[0].text
+
+        assert translator._event_loop().run(main()) == "WE LIVE IN München."
+
+
 # -- the store -------------------------------------------------------------------------------
 
 

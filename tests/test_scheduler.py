@@ -384,9 +384,42 @@ def test_admission_holds_queue_room_until_the_sentences_queue() -> None:
 
     one, two = asyncio.run(main())
     assert [t.text for t in one] == ["A0 B", "A1 B", "A2 B"] and two[0].text == "C D"
+    assert not scheduler.wait_idle(0.05)  # two requests are still open
+    scheduler.release(first)
+    scheduler.release(third)
     assert scheduler.wait_idle(2)
     scheduler.admit("en-de", 6)  # all the room is free again
     scheduler.stop()
+
+
+def test_an_accepted_requests_later_passes_are_queued_when_full_and_while_draining() -> None:
+    """A request's second pass (a glossary's masked sentences, a wider beam) uses its open
+    admission: a full queue or a drain begun in between must not lose the request, and the
+    drain waits for it."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=2)
+
+    async def main() -> tuple[list[Translation], list[Translation]]:
+        admission = scheduler.admit("en-de", 1)
+        first = await scheduler.translate("en-de", [engine.tokenize("a b")], DecodeOptions(),
+                                          admission=admission)
+        scheduler.release_room(admission)
+        others = scheduler.admit("en-de", 2)  # another request fills the queue
+        with pytest.raises(QueueFull):
+            await scheduler.translate("en-de", [engine.tokenize("x")], DecodeOptions())
+        draining = asyncio.create_task(scheduler.drain(5))
+        await asyncio.sleep(0.05)
+        assert not draining.done()  # the open request holds the drain
+        again = await scheduler.translate(
+            "en-de", [engine.tokenize("c d"), engine.tokenize("e")], DecodeOptions(beam_size=2),
+            admission=admission)
+        scheduler.release(others)
+        scheduler.release(admission)
+        assert await draining  # everything accepted finished
+        return first, again
+
+    first, again = asyncio.run(main())
+    assert first[0].text == "A B" and [t.text for t in again] == ["C D", "E"]
 
 
 def test_the_largest_request_leaves_room_and_rows_for_small_ones() -> None:

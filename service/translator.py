@@ -21,6 +21,7 @@ import dataclasses
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -437,17 +438,20 @@ class Translator:
     async def _keep_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
                             pair: Pair, decode: DecodeOptions, deadline: float | None,
                             admission: Admission, request_id: str) -> list[list[Translation]]:
-        """Numbers written as words kept: a sentence whose source names one (two to
-        ninety-nine, ``service.number_words``) that its translation does not is decoded again
-        with a beam of at least ``KEEP_NUMBERS_BEAM``, and the best hypothesis naming every
-        such number of the source is taken ("thirty minutes": "dreißig", not the first
-        hypothesis' "dreiunddreißig"); with none, the translation stays as it was."""
-        again: dict[tuple[int, int], frozenset[int]] = {}
+        """Numbers kept: a sentence whose translation lacks a number its source names in words
+        (two to ninety-nine, ``service.number_words``) or in digits inside a word, which no
+        marker carries ("libwnck22", "IDNA2008", "MP3"), is decoded again with a beam of at
+        least ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding them all is taken
+        ("thirty minutes": "dreißig", not the first hypothesis' "dreiunddreißig"); with none,
+        the translation stays as it was."""
+        again: dict[tuple[int, int], tuple[frozenset[int], Counter[str]]] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
                                                          strict=True)):
-                wanted = number_values(piece, pair[0])
-                if wanted and not wanted <= number_values(translation.text, pair[1]):
+                protected = text.protected[i]
+                wanted = (number_values(piece, pair[0]),
+                          _digit_runs(protected.text if protected else piece))
+                if not _holds(translation.text, wanted, pair[1]):
                     again[t, i] = wanted
         if not again:
             return chosen
@@ -457,8 +461,7 @@ class Translator:
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), wanted in again.items():
             wider = decoded[tuple(prepared[t].sources[i])]
-            kept = next((h for h in wider.hypotheses
-                         if wanted <= number_values(h.text, pair[1])), None)
+            kept = next((h for h in wider.hypotheses if _holds(h.text, wanted, pair[1])), None)
             if kept is not None:
                 chosen[t][i] = _first(kept, wider)
         return chosen
@@ -525,6 +528,22 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     """``work()``, in a thread when its input is ``large``: below ``_INLINE_CHARS`` the thread
     hop costs more than the work, above it the work would hold up the event loop."""
     return await asyncio.to_thread(work) if large else work()
+
+
+_MARKED = re.compile(r"\{\s*\d+\s*\}")  # an item's marker: its digits are not the text's
+
+
+def _digit_runs(text: str) -> Counter[str]:
+    """The runs of digits of a model's input or output, its markers left out."""
+    return Counter(re.findall(r"\d+", _MARKED.sub(" ", text)))
+
+
+def _holds(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str) -> bool:
+    """Whether a model's ``output`` names every number word and holds every run of digits
+    (as often) that ``wanted`` lists."""
+    words, digits = wanted
+    return (words <= number_values(output, lang)
+            and not digits - _digit_runs(output))
 
 
 def _wider(decode: DecodeOptions) -> DecodeOptions:

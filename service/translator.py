@@ -438,19 +438,20 @@ class Translator:
     async def _keep_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
                             pair: Pair, decode: DecodeOptions, deadline: float | None,
                             admission: Admission, request_id: str) -> list[list[Translation]]:
-        """Numbers kept: a sentence whose translation lacks a number its source names in words
-        (two to ninety-nine, ``service.number_words``) or in digits inside a word, which no
-        marker carries ("libwnck22", "IDNA2008", "MP3"), is decoded again with a beam of at
-        least ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding them all is taken
-        ("thirty minutes": "dreißig", not the first hypothesis' "dreiunddreißig"); with none,
-        the translation stays as it was."""
+        """Numbers and acronyms kept: a sentence whose translation lacks a number its source
+        names in words (two to ninety-nine, ``service.number_words``), digits inside a word,
+        which no marker carries ("libwnck22", "IDNA2008"), or an upper-case word ("PID",
+        "NETWORKDAYS"; ``_verbatim``) is decoded again with a beam of at least
+        ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding them all is taken ("thirty
+        minutes": "dreißig", not the first hypothesis' "dreiunddreißig"); with none, the
+        translation stays as it was."""
         again: dict[tuple[int, int], tuple[frozenset[int], Counter[str]]] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
                                                          strict=True)):
                 protected = text.protected[i]
                 wanted = (number_values(piece, pair[0]),
-                          _digit_runs(protected.text if protected else piece))
+                          _verbatim(protected.text if protected else piece, source=True))
                 if not _holds(translation.text, wanted, pair[1]):
                     again[t, i] = wanted
         if not again:
@@ -533,9 +534,20 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
 _MARKED = re.compile(r"\{\s*\d+\s*\}")  # an item's marker: its digits are not the text's
 
 
-def _digit_runs(text: str) -> Counter[str]:
-    """The runs of digits of a model's input or output, its markers left out."""
-    return Counter(re.findall(r"\d+", _MARKED.sub(" ", text)))
+def _verbatim(text: str, source: bool = False) -> Counter[str]:
+    """The runs of digits and the upper-case words ("PID", "VBA", "NETWORKDAYS") of a model's
+    input or output, its markers left out. In a source written mostly in capitals the words
+    are shouted, and translated: only its digits count."""
+    text = _MARKED.sub(" ", text)
+    found = Counter(re.findall(r"\d+", text))
+    words = re.findall(r"[^\W\d_]+", text)
+    capitals = [word for word in words if len(word) >= 2 and word.isupper()]
+    if not source:  # an inflected acronym holds it: "des PCs", "APIs"
+        capitals += [word[:-1] for word in words if word[-1] == "s" and len(word) >= 3
+                     and word[:-1].isupper()]
+    if not source or len(capitals) * 2 < len(words):
+        found.update(capitals)
+    return found
 
 
 def _holds(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str) -> bool:
@@ -543,7 +555,7 @@ def _holds(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str) 
     (as often) that ``wanted`` lists."""
     words, digits = wanted
     return (words <= number_values(output, lang)
-            and not digits - _digit_runs(output))
+            and not digits - _verbatim(output))
 
 
 def _wider(decode: DecodeOptions) -> DecodeOptions:

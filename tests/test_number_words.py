@@ -46,15 +46,19 @@ def test_the_default_model_keeps_every_number_written_as_words() -> None:
         assert not any(char.isdigit() for char in result.text), result.text
 
 
-def test_the_default_model_keeps_digits_inside_words() -> None:
+def test_the_default_model_keeps_digits_inside_words_and_upper_case_words() -> None:
     """Digits inside a word travel without a marker, and the model's first hypothesis drops
     some ("libwnck22" as "libwnck2", "4x4" as "4"); the service takes the first of a wider
     beam's hypotheses that holds them all."""
     from service.translator import Translator
 
     sources = ["This package contains documentation files for libwnck22.",
-               "WindowMaker dock app 4x4 puzzle"]
+               "WindowMaker dock app 4x4 puzzle",
+               # Upper-case words likewise: the first hypotheses have "Namensraum-ID" and
+               # "NETWORKTAYS".
+               "Invalid namespace PID", "=NETWORKDAYS(C3;D3;F3:J3) returns 17 workdays."]
     with Translator.open(ROOT / "models" / "en-de", device="cpu", threads=1,
                          workers=1) as translator:
         results = [result.text for result in translator.translate_batch(sources)]
     assert "libwnck22" in results[0] and "4x4" in results[1], results
+    assert "-PID" in results[2] and "=NETWORKDAYS(C3;D3;F3:J3)" in results[3], results

@@ -442,9 +442,9 @@ class Translator:
         names in words (two to ninety-nine, ``service.number_words``), digits inside a word,
         which no marker carries ("libwnck22", "IDNA2008"), or an upper-case word ("PID",
         "NETWORKDAYS"; ``_verbatim``) is decoded again with a beam of at least
-        ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding them all is taken ("thirty
-        minutes": "dreißig", not the first hypothesis' "dreiunddreißig"); with none, the
-        translation stays as it was."""
+        ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding the most of them is taken
+        ("thirty minutes": "dreißig", not the first hypothesis' "dreiunddreißig") when that
+        is more than the translation held; else the translation stays as it was."""
         again: dict[tuple[int, int], tuple[frozenset[int], Counter[str]]] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
@@ -452,7 +452,7 @@ class Translator:
                 protected = text.protected[i]
                 wanted = (number_values(piece, pair[0]),
                           _verbatim(protected.text if protected else piece, source=True))
-                if not _holds(translation.text, wanted, pair[1]):
+                if _missing(translation.text, wanted, pair[1]):
                     again[t, i] = wanted
         if not again:
             return chosen
@@ -462,9 +462,10 @@ class Translator:
         chosen = [list(pieces) for pieces in chosen]
         for (t, i), wanted in again.items():
             wider = decoded[tuple(prepared[t].sources[i])]
-            kept = next((h for h in wider.hypotheses if _holds(h.text, wanted, pair[1])), None)
-            if kept is not None:
-                chosen[t][i] = _first(kept, wider)
+            missing = [_missing(h.text, wanted, pair[1]) for h in wider.hypotheses]
+            fewest = min(range(len(missing)), key=missing.__getitem__)  # the first of those
+            if missing[fewest] < _missing(chosen[t][i].text, wanted, pair[1]):
+                chosen[t][i] = _first(wider.hypotheses[fewest], wider)
         return chosen
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
@@ -534,6 +535,9 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
 _MARKED = re.compile(r"\{\s*\d+\s*\}")  # an item's marker: its digits are not the text's
 
 
+_INNER_CAPITAL = re.compile(r"[a-z][A-Z]")  # a product's name: "LibreOffice", "iPhone"
+
+
 def _verbatim(text: str, source: bool = False) -> Counter[str]:
     """The runs of digits and the upper-case words ("PID", "VBA", "NETWORKDAYS") of a model's
     input or output, its markers left out. In a source written mostly in capitals the words
@@ -541,7 +545,8 @@ def _verbatim(text: str, source: bool = False) -> Counter[str]:
     text = _MARKED.sub(" ", text)
     found = Counter(re.findall(r"\d+", text))
     words = re.findall(r"[^\W\d_]+", text)
-    capitals = [word for word in words if len(word) >= 2 and word.isupper()]
+    capitals = [word for word in words if (len(word) >= 2 and word.isupper())
+                or _INNER_CAPITAL.search(word)]
     if not source:  # an inflected acronym holds it: "des PCs", "APIs"
         capitals += [word[:-1] for word in words if word[-1] == "s" and len(word) >= 3
                      and word[:-1].isupper()]
@@ -550,12 +555,12 @@ def _verbatim(text: str, source: bool = False) -> Counter[str]:
     return found
 
 
-def _holds(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str) -> bool:
-    """Whether a model's ``output`` names every number word and holds every run of digits
-    (as often) that ``wanted`` lists."""
-    words, digits = wanted
-    return (words <= number_values(output, lang)
-            and not digits - _verbatim(output))
+def _missing(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str) -> int:
+    """How many of the number words and (as often) the runs of digits and upper-case words
+    that ``wanted`` lists a model's ``output`` lacks."""
+    words, verbatim = wanted
+    return (len(words - number_values(output, lang))
+            + sum((verbatim - _verbatim(output)).values()))
 
 
 def _wider(decode: DecodeOptions) -> DecodeOptions:

@@ -56,9 +56,13 @@ def test_the_default_model_keeps_digits_inside_words_and_upper_case_words() -> N
                "WindowMaker dock app 4x4 puzzle",
                # Upper-case words likewise: the first hypotheses have "Namensraum-ID" and
                # "NETWORKTAYS".
-               "Invalid namespace PID", "=NETWORKDAYS(C3;D3;F3:J3) returns 17 workdays."]
+               "Invalid namespace PID", "=NETWORKDAYS(C3;D3;F3:J3) returns 17 workdays.",
+               # and names with a capital inside ("Bildbearbeitungseditors" first).
+               "If you press Enter while the icon Select is selected, the focus is set into "
+               "the image window of the ImageMap Editor."]
     with Translator.open(ROOT / "models" / "en-de", device="cpu", threads=1,
                          workers=1) as translator:
         results = [result.text for result in translator.translate_batch(sources)]
     assert "libwnck22" in results[0] and "4x4" in results[1], results
     assert "-PID" in results[2] and "=NETWORKDAYS(C3;D3;F3:J3)" in results[3], results
+    assert "ImageMap" in results[4], results

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from service.bundle import write_manifest  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.evaluate import evaluate_bundle  # noqa: E402
@@ -98,8 +99,7 @@ def main() -> None:
         print(f"{split} {variant} {run}: BLEU {result['bleu']}, chrF {result['chrf']}",
               flush=True)
     manifest["scores"] = scores
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n",
-                             encoding="utf-8")
+    write_manifest(args.bundle, manifest)
 
 
 if __name__ == "__main__":

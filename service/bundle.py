@@ -65,7 +65,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,16 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any], added: Iterable[str] = ()) -> None:
+    """``manifest`` as ``directory``'s, with the checksums of the files ``added`` to it (files
+    the bundle gained after its export: fp16 graphs, place names)."""
+    files = manifest.setdefault("files", {})
+    for name in added:
+        files[name] = sha256_file(directory / name)
+    manifest["files"] = dict(sorted(files.items()))
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
 @dataclass(frozen=True)

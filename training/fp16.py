@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from service.bundle import MANIFEST, decoder_feeds, sha256_file
+from service.bundle import MANIFEST, decoder_feeds, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +165,7 @@ def add_fp16_variant(bundle_dir: str | Path) -> Path:
     model = manifest["model"]
     vocab_size = model.get("source_vocab_size") or model["vocab_size"]
     manifest["variants"]["fp16"] = checked_fp16(directory, vocab_size, manifest["special_ids"])
-    for name in (ENCODER, DECODER):
-        manifest["files"][name] = sha256_file(directory / name)
-    manifest["files"] = dict(sorted(manifest["files"].items()))
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_manifest(directory, manifest, added=(ENCODER, DECODER))
     return directory
 
 

@@ -177,16 +177,14 @@ def exonym_terms(gazetteer: Iterable[tuple[str, str]], corpus: Iterable[tuple[st
 def write_bundle_terms(bundle: str | Path, terms: list[tuple[str, str, int, float]],
                        provenance: str) -> Path:
     """``terms`` as the bundle's ``terms.tsv``, named in its manifest with its checksum."""
-    from service.bundle import MANIFEST, sha256_file
+    from service.bundle import MANIFEST, write_manifest
 
     directory = Path(bundle)
     path = directory / "terms.tsv"
     lines = [f"# {line}" for line in provenance.splitlines()]
     lines += [f"{english}\t{target}" for english, target, *_ in terms]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    manifest_path = directory / MANIFEST
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     manifest["terms"] = path.name
-    manifest["files"][path.name] = sha256_file(path)
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_manifest(directory, manifest, added=(path.name,))
     return path

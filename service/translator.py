@@ -450,8 +450,10 @@ class Translator:
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
                                                          strict=True)):
                 protected = text.protected[i]
+                # Acronyms pass through only into the same script ("NASA" is "НАСА").
                 wanted = (number_values(piece, pair[0]),
-                          _verbatim(protected.text if protected else piece, source=True))
+                          _verbatim(protected.text if protected else piece, source=True,
+                                    names=_latin(translation.text)))
                 if _missing(translation.text, wanted, pair[1]):
                     again[t, i] = wanted
         if not again:
@@ -538,15 +540,27 @@ _MARKED = re.compile(r"\{\s*\d+\s*\}")  # an item's marker: its digits are not t
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")  # a product's name: "LibreOffice", "iPhone"
 
 
-def _verbatim(text: str, source: bool = False) -> Counter[str]:
-    """The runs of digits and the upper-case words ("PID", "VBA", "NETWORKDAYS") of a model's
-    input or output, its markers left out. In a source written mostly in capitals the words
-    are shouted, and translated: only its digits count."""
+_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+
+
+def _latin(text: str) -> bool:
+    """Whether most of ``text``'s letters are Latin ones."""
+    letters = re.findall(r"[^\W\d_]", text)
+    return 2 * len(_LATIN.findall(text)) >= len(letters)
+
+
+def _verbatim(text: str, source: bool = False, names: bool = True) -> Counter[str]:
+    """The runs of digits and (with ``names``) the Latin upper-case words ("PID", "VBA",
+    "NETWORKDAYS") of a model's input or output, its markers left out. In a source written
+    mostly in capitals the words are shouted, and translated: only its digits count."""
     text = _MARKED.sub(" ", text)
     found = Counter(re.findall(r"\d+", text))
+    if not names:
+        return found
     words = re.findall(r"[^\W\d_]+", text)
-    capitals = [word for word in words if (len(word) >= 2 and word.isupper())
-                or _INNER_CAPITAL.search(word)]
+    capitals = [word for word in words if ((len(word) >= 2 and word.isupper())
+                                           or _INNER_CAPITAL.search(word))
+                and _latin(word)]
     if not source:  # an inflected acronym holds it: "des PCs", "APIs"
         capitals += [word[:-1] for word in words if word[-1] == "s" and len(word) >= 3
                      and word[:-1].isupper()]

@@ -66,3 +66,15 @@ def test_the_default_model_keeps_digits_inside_words_and_upper_case_words() -> N
     assert "libwnck22" in results[0] and "4x4" in results[1], results
     assert "-PID" in results[2] and "=NETWORKDAYS(C3;D3;F3:J3)" in results[3], results
     assert "ImageMap" in results[4], results
+
+
+def test_acronyms_are_asked_for_only_in_the_same_script_and_not_when_shouted() -> None:
+    """Russian writes "NASA" as "НАСА", and English "США" as "USA": only digits must come
+    through there; "DO NOT TOUCH THE CABLE" is shouting, and translated."""
+    from service.translator import _latin, _verbatim
+
+    assert _verbatim("NASA launched 3 rockets.", source=True,
+                     names=_latin("НАСА запустило 3 ракеты.")) == {"3": 1}
+    assert _verbatim("США и NATO", source=True, names=_latin("USA and NATO")) == {"NATO": 1}
+    assert _verbatim("DO NOT TOUCH THE CABLE 2", source=True) == {"2": 1}
+    assert _verbatim("Invalid namespace PID", source=True) == {"PID": 1}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import difflib
 import math
 import re
 import threading
@@ -451,9 +452,10 @@ class Translator:
                                                          strict=True)):
                 protected = text.protected[i]
                 # Acronyms pass through only into the same script ("NASA" is "НАСА").
+                source = protected.text if protected else piece
                 wanted = (number_values(piece, pair[0]),
-                          _verbatim(protected.text if protected else piece, source=True,
-                                    names=_latin(translation.text)))
+                          _verbatim(source, source=True, names=_latin(translation.text)
+                                    and not _own_acronym(source, translation.text)))
                 if _missing(translation.text, wanted, pair[1]):
                     again[t, i] = wanted
         if not again:
@@ -547,6 +549,22 @@ def _latin(text: str) -> bool:
     """Whether most of ``text``'s letters are Latin ones."""
     letters = re.findall(r"[^\W\d_]", text)
     return 2 * len(_LATIN.findall(text)) >= len(letters)
+
+
+def _own_acronym(source: str, output: str) -> bool:
+    """Whether ``output`` holds an upper-case word that is neither in ``source`` nor a mangled
+    copy of one of its words ("NETWORKTAYS" of "NETWORKDAYS"): the model wrote the target
+    language's own acronym ("OTAN" for "NATO", "SIDA" for "AIDS"), and is trusted with them."""
+    words = set(re.findall(r"[^\W\d_]+", source))
+    return any(word not in words and not any(_alike(word, other) for other in words)
+               for word in re.findall(r"[^\W\d_]+", _MARKED.sub(" ", output))
+               if len(word) >= 2 and word.isupper())
+
+
+def _alike(copy: str, word: str) -> bool:
+    """Whether ``copy`` is ``word`` cut ("ID" of "IDNA") or with a letter or two wrong."""
+    return (copy.upper() in word.upper()
+            or difflib.SequenceMatcher(None, copy.upper(), word.upper()).ratio() >= 0.75)
 
 
 def _verbatim(text: str, source: bool = False, names: bool = True) -> Counter[str]:

@@ -78,3 +78,15 @@ def test_acronyms_are_asked_for_only_in_the_same_script_and_not_when_shouted() -
     assert _verbatim("США и NATO", source=True, names=_latin("USA and NATO")) == {"NATO": 1}
     assert _verbatim("DO NOT TOUCH THE CABLE 2", source=True) == {"2": 1}
     assert _verbatim("Invalid namespace PID", source=True) == {"PID": 1}
+
+
+def test_a_model_that_writes_its_own_acronym_is_trusted_with_them() -> None:
+    """Spanish "OTAN" for "NATO" is a translation; "ID" for "PID" and "NETWORKTAYS" for
+    "NETWORKDAYS" are mangled copies, which the wider beam is asked to mend."""
+    from service.translator import _own_acronym
+
+    assert _own_acronym("NATO and AIDS", "OTAN y SIDA")
+    assert _own_acronym("the EU", "l'UE")
+    assert not _own_acronym("Invalid namespace PID", "Ungültiger Namensraum-ID")
+    assert not _own_acronym("=NETWORKDAYS(A1)", "=NETWORKTAYS(A1)")
+    assert not _own_acronym("the EU", "die EU")

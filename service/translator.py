@@ -362,7 +362,7 @@ class Translator:
                 prepared, chosen = await self._hold_to(glossary, prepared, chosen, engine, pair,
                                                        decode, deadline, admission, request_id,
                                                        required=options.glossary)
-            chosen = await self._keep_numbers(prepared, chosen, pair, decode, deadline,
+            chosen = await self._keep_verbatim(prepared, chosen, pair, decode, deadline,
                                               admission, request_id)
         finally:
             self.scheduler.release(admission)
@@ -436,7 +436,7 @@ class Translator:
             chosen[t][i] = decoded[piece]
         return prepared, chosen
 
-    async def _keep_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
+    async def _keep_verbatim(self, prepared: list[Prepared], chosen: list[list[Translation]],
                             pair: Pair, decode: DecodeOptions, deadline: float | None,
                             admission: Admission, request_id: str) -> list[list[Translation]]:
         """Numbers and acronyms kept: a sentence whose translation lacks a number its source

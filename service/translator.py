@@ -363,7 +363,7 @@ class Translator:
                                                        decode, deadline, admission, request_id,
                                                        required=options.glossary)
             chosen = await self._keep_verbatim(prepared, chosen, pair, decode, deadline,
-                                              admission, request_id)
+                                               admission, request_id)
         finally:
             self.scheduler.release(admission)
         return [

@@ -440,10 +440,12 @@ class Scheduler:
             if not request.future.done() or request.future.cancelled():
                 self._cancel(request)
 
-    def _check_open(self) -> None:
+    def _check_open(self, accepted: bool = False) -> None:
+        """SchedulerFailed, or ShuttingDown once no new work is taken (``accepted`` work, an
+        admitted request's later pass: once the workers stop)."""
         if self._failed:
             raise SchedulerFailed()
-        if not self._accepting:
+        if self._stopping if accepted else not self._accepting:
             raise ShuttingDown()
 
     def _submit(self, request: _Request, admission: Admission | None) -> None:
@@ -456,11 +458,7 @@ class Scheduler:
                 held, admission.room = admission.room, 0
                 self._held -= held
                 admission.submitted = True
-            if later:
-                if self._failed or self._stopping:
-                    raise SchedulerFailed() if self._failed else ShuttingDown()
-            else:
-                self._check_open()
+            self._check_open(accepted=later)
             quarantined = self._quarantine.get(request.pair, {})
             for index, source in enumerate(request.sources):
                 if tuple(source) in quarantined:

@@ -437,8 +437,8 @@ class Translator:
         return prepared, chosen
 
     async def _keep_verbatim(self, prepared: list[Prepared], chosen: list[list[Translation]],
-                            pair: Pair, decode: DecodeOptions, deadline: float | None,
-                            admission: Admission, request_id: str) -> list[list[Translation]]:
+                             pair: Pair, decode: DecodeOptions, deadline: float | None,
+                             admission: Admission, request_id: str) -> list[list[Translation]]:
         """Numbers and acronyms kept: a sentence whose translation lacks a number its source
         names in words (two to ninety-nine, ``service.number_words``), digits inside a word,
         which no marker carries ("libwnck22", "IDNA2008"), or an upper-case word ("PID",
@@ -446,7 +446,8 @@ class Translator:
         ``KEEP_NUMBERS_BEAM``, and the best hypothesis holding the most of them is taken
         ("thirty minutes": "dreißig", not the first hypothesis' "dreiunddreißig") when that
         is more than the translation held; else the translation stays as it was."""
-        again: dict[tuple[int, int], tuple[frozenset[int], Counter[str]]] = {}
+        # (text, piece) -> what its source asks for, and how much of it the translation lacks
+        again: dict[tuple[int, int], tuple[tuple[frozenset[int], Counter[str]], int]] = {}
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             for i, (piece, translation) in enumerate(zip(text.segmented.pieces, pieces,
                                                          strict=True)):
@@ -456,19 +457,20 @@ class Translator:
                 wanted = (number_values(piece, pair[0]),
                           _verbatim(source, source=True, names=_latin(translation.text)
                                     and not _own_acronym(source, translation.text)))
-                if _missing(translation.text, wanted, pair[1]):
-                    again[t, i] = wanted
+                missing = _missing(translation.text, wanted, pair[1])
+                if missing:
+                    again[t, i] = wanted, missing
         if not again:
             return chosen
         order = list({tuple(prepared[t].sources[i]) for t, i in again})
         decoded = dict(zip(order, await self._decode(order, pair, _wider(decode), deadline,
                                                      admission, request_id), strict=True))
         chosen = [list(pieces) for pieces in chosen]
-        for (t, i), wanted in again.items():
+        for (t, i), (wanted, missing) in again.items():
             wider = decoded[tuple(prepared[t].sources[i])]
-            missing = [_missing(h.text, wanted, pair[1]) for h in wider.hypotheses]
-            fewest = min(range(len(missing)), key=missing.__getitem__)  # the first of those
-            if missing[fewest] < _missing(chosen[t][i].text, wanted, pair[1]):
+            lacking = [_missing(h.text, wanted, pair[1]) for h in wider.hypotheses]
+            fewest = min(range(len(lacking)), key=lacking.__getitem__)  # the first of those
+            if lacking[fewest] < missing:
                 chosen[t][i] = _first(wider.hypotheses[fewest], wider)
         return chosen
 
@@ -543,21 +545,22 @@ _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")  # a product's name: "LibreOffice", "
 
 
 _LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+_WORD = re.compile(r"[^\W\d_]+")  # letters only: "IDNA2008" holds "IDNA"
 
 
 def _latin(text: str) -> bool:
     """Whether most of ``text``'s letters are Latin ones."""
-    letters = re.findall(r"[^\W\d_]", text)
-    return 2 * len(_LATIN.findall(text)) >= len(letters)
+    letters = sum(map(len, _WORD.findall(text)))
+    return 2 * len(_LATIN.findall(text)) >= letters
 
 
 def _own_acronym(source: str, output: str) -> bool:
     """Whether ``output`` holds an upper-case word that is neither in ``source`` nor a mangled
     copy of one of its words ("NETWORKTAYS" of "NETWORKDAYS"): the model wrote the target
     language's own acronym ("OTAN" for "NATO", "SIDA" for "AIDS"), and is trusted with them."""
-    words = set(re.findall(r"[^\W\d_]+", source))
+    words = set(_WORD.findall(source))
     return any(word not in words and not any(_alike(word, other) for other in words)
-               for word in re.findall(r"[^\W\d_]+", _MARKED.sub(" ", output))
+               for word in _WORD.findall(_MARKED.sub(" ", output))
                if len(word) >= 2 and word.isupper())
 
 
@@ -575,7 +578,7 @@ def _verbatim(text: str, source: bool = False, names: bool = True) -> Counter[st
     found = Counter(re.findall(r"\d+", text))
     if not names:
         return found
-    words = re.findall(r"[^\W\d_]+", text)
+    words = _WORD.findall(text)
     capitals = [word for word in words if ((len(word) >= 2 and word.isupper())
                                            or _INNER_CAPITAL.search(word))
                 and _latin(word)]

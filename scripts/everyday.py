@@ -2,6 +2,8 @@
 table: the probe the default model's card shows before and after.
 
     python scripts/everyday.py models/en-de runs/NEW-BUNDLE
+
+scripts/score-everyday.py scores bundles on 210 such sentences against references.
 """
 
 from __future__ import annotations

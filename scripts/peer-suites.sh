@@ -20,7 +20,7 @@
 # Each failing test is put in one class by the table in scripts/peer/expected.py (read by
 # scripts/peer/summarize.py): (a) protocol -- anything not listed there, or listed but failing
 # without the entry's evidence; (b) unsupported feature, by feature (glossaries, documents, ...:
-# what the README lists as not supported); (c) language pair not served (only EN->DE is);
+# what docs/api.md lists as not supported); (c) language pair not served (only EN->DE is);
 # (d) model wording (the test compares with DeepL's own translation). Listed tests that pass are
 # reported, so that the table stays honest. Per suite the classes, their counts and their
 # failures are printed (for protocol failures with the traceback and the HTTP exchanges, which

@@ -6,9 +6,10 @@ Public surface, as small as CTranslate2's::
     engine.translate(["Hello world."], beam_size=4, num_hypotheses=2)
 
 Texts (segmentation, untranslatables, cache, HTML) go through ``service.translator``; this
-sentence-level ``translate`` is for measuring the engine itself (bench/decode.py against
-CTranslate2, bench/load.py's offline baseline, bench/markup.py and bench/placeholders.py
-with and without their module). It decodes its sentences in
+sentence-level ``translate`` is the Python API for sentences as given: each hypothesis with
+its tokens, token ids and search score, for a program that scores, reranks or aligns
+translations (docs/python-api.md). The engine benchmarks (bench/decode.py against
+CTranslate2) and the decoding tests take it as their reference. It decodes its sentences in
 ``service.batch``'s running batches, the machinery the service's scheduler uses too, so
 offline and served decoding cannot drift apart.
 """

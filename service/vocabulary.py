@@ -136,11 +136,6 @@ class Vocabulary:
                 else self.target.get_piece_size())
         return {i: digits for i in range(size) if (digits := _written_digits(self.piece(i)))}
 
-    @functools.cached_property
-    def target_digit_ids(self) -> list[int]:
-        """The target pieces that hold a digit."""
-        return list(self._target_digits)
-
     def digits_not_in(self, source_ids: Sequence[int]) -> list[int]:
         """The target pieces that write a digit the source (ids from ``encode``) does not hold
         (``DecodeOptions.digits_from_source``): with no digit in the source, every digit

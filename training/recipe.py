@@ -33,7 +33,6 @@ import json
 import logging
 import lzma
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -595,7 +594,3 @@ def format_report(report: dict) -> str:
         rows.append(f"{r['name']:<{width}}  {r['pairs']:>9,}  {note}")
     rows.append(f"{'total':<{width}}  {report['total']:>9,}")
     return "\n".join(rows)
-
-
-def have_tools() -> bool:
-    return all(shutil.which(tool) for tool in ("dpkg-deb",))

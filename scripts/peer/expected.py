@@ -5,7 +5,7 @@ scripts/peer/summarize.py puts each failing test of a peer suite in exactly one 
   protocol             anything not listed here, and any listed test whose failure does not show
                        the entry's evidence: a disagreement with the API as the clients expect it.
                        This is what must be empty; the script exits 0 only when it is.
-  unsupported feature  the test needs a feature that the README lists as not supported, and the
+  unsupported feature  the test needs a feature that docs/api.md lists as not supported, and the
                        service refuses it or answers 404 (named by FEATURES below).
   pair not served      the test translates a pair other than EN->DE, the only pair served.
   model wording        the request and the answer's form are right, but the test compares the
@@ -84,7 +84,7 @@ LIBRETRANSLATE: list[Expected] = []
 DEEPL_PYTHON: list[Expected] = [
     # -- (b) unsupported: formality more/less (refused: no model here has a formality setting) --
     Expected("tests/test_translate_text.py::test_formality", UNSUPPORTED,
-             "formality=less/more for DE (the README: refused, 400)", FORMALITY,
+             "formality=less/more for DE (docs/api.md: refused, 400)", FORMALITY,
              (r"does not support the 'formality' setting",)),
     Expected("tests/test_translate_document.py::test_translate_document_formality",
              UNSUPPORTED, "formality=more/less for a DE document (refused, 400, as for text)",

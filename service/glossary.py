@@ -9,7 +9,7 @@ checked as DeepL checks them: no empty term, no term with a tab or a line break 
 its ends, no source term twice. Each glossary belongs to the API key that created it (all
 clients share them when the service has no keys).
 
-Applying a glossary (``Terms``, ``Translator._hold_to``): a sentence whose translation
+Applying a glossary (``Terms``, ``service.passes``): a sentence whose translation
 already holds each matched term's target term is kept; the others are translated again with
 each matched source term masked as an untranslatable item (``service.placeholders``) that is
 put back as its target term. Terms match as whole words, case-insensitive (an entry whose

@@ -67,7 +67,7 @@ def test_the_default_model_keeps_digits_inside_words_and_upper_case_words() -> N
 def test_acronyms_are_asked_for_only_in_the_same_script_and_not_when_shouted() -> None:
     """Russian writes "NASA" as "НАСА", and English "США" as "USA": only digits must come
     through there; "DO NOT TOUCH THE CABLE" is shouting, and translated."""
-    from service.translator import _latin, _verbatim
+    from service.passes import _latin, _verbatim
 
     assert _verbatim("NASA launched 3 rockets.", source=True,
                      names=_latin("НАСА запустило 3 ракеты.")) == {"3": 1}
@@ -82,7 +82,7 @@ def test_acronyms_are_asked_for_only_in_the_same_script_and_not_when_shouted() -
 def test_a_model_that_writes_its_own_acronym_is_trusted_with_them() -> None:
     """Spanish "OTAN" for "NATO" is a translation; "ID" for "PID" and "NETWORKTAYS" for
     "NETWORKDAYS" are mangled copies, which the wider beam is asked to mend."""
-    from service.translator import _own_acronym
+    from service.passes import _own_acronym
 
     assert _own_acronym("NATO and AIDS", "OTAN y SIDA")
     assert _own_acronym("the EU", "l'UE")

@@ -422,6 +422,46 @@ def test_an_accepted_requests_later_passes_are_queued_when_full_and_while_draini
     assert first[0].text == "A B" and [t.text for t in again] == ["C D", "E"]
 
 
+def test_a_request_admitted_in_a_block_holds_its_standing_until_the_block_ends() -> None:
+    """``admitted`` is a request's admission for all its passes: its sentences take the room
+    the estimate held, a later pass queues even into a full queue, and leaving the block,
+    however it is left, lets a drain finish."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=3)
+
+    async def main() -> tuple[list[Translation], list[Translation]]:
+        with scheduler.admitted("en-de", 3, request_id="req1") as admitted:
+            with pytest.raises(QueueFull):  # the estimate holds the whole queue
+                scheduler.admit("en-de", 1)
+            first = await admitted.translate([engine.tokenize("a b")], DecodeOptions())
+            others = scheduler.admit("en-de", 3)  # the room the first pass did not take
+            again = await admitted.translate(
+                [engine.tokenize("c d"), engine.tokenize("e")], DecodeOptions())
+            scheduler.release(others)
+            draining = asyncio.create_task(scheduler.drain(5))
+            await asyncio.sleep(0.05)
+            assert not draining.done()  # the request is still open
+        assert await draining
+        return first, again
+
+    first, again = asyncio.run(main())
+    assert first[0].text == "A B" and [t.text for t in again] == ["C D", "E"]
+
+    scheduler = make_scheduler(engine, max_queue=3)
+
+    async def cached() -> None:
+        with scheduler.admitted("en-de", 3) as admitted:
+            # A first pass with nothing to queue (every sentence cached) gives the room back.
+            assert await admitted.translate([], DecodeOptions()) == []
+            scheduler.release(scheduler.admit("en-de", 3))
+
+    asyncio.run(cached())
+    with pytest.raises(RuntimeError), scheduler.admitted("en-de", 3):
+        raise RuntimeError("the request failed while it was prepared")
+    scheduler.admit("en-de", 3)  # its room and standing were given back
+    scheduler.stop()
+
+
 def test_the_largest_request_leaves_room_and_rows_for_small_ones() -> None:
     """While the largest request the limits allow decodes, one-sentence requests are admitted
     (never QueueFull) and finish long before it: requests take turns for free rows."""

@@ -1,0 +1,74 @@
+"""What a worker thread holds: one engine replica per pair, and per pair a running batch (a
+``Lane``) with the sentences in it and those being retried alone after a failed step."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from service.scheduler.jobs import Job, Request
+
+if TYPE_CHECKING:
+    from service.engine import Engine
+    from service.metrics import PairMetrics
+
+
+class Lane:
+    """One worker's running batch of one language pair, and its sentences being retried."""
+
+    def __init__(self, pair: str, engine: Engine, metrics: PairMetrics | None) -> None:
+        self.pair = pair
+        self.engine = engine
+        self.metrics = metrics
+        self.batch = engine.new_batch()
+        self.running: set[Job] = set()  # in the batch, retrying, or in the solo batch
+        self.tokens = 0
+        self.rows = 0
+        # After a failed step: its sentences, each to be decoded alone in ``solo``.
+        self.retrying: deque[Job] = deque()
+        self.solo: Any = None
+        self.solo_job: Job | None = None
+
+    @property
+    def retries(self) -> int:
+        return len(self.retrying) + (self.solo_job is not None)
+
+    def release(self, job: Job) -> None:
+        if job in self.running:
+            self.running.discard(job)
+            self.tokens -= job.cost
+            self.rows -= job.rows
+
+
+class Worker:
+    """A thread with one engine replica per pair, and its lanes."""
+
+    def __init__(
+        self,
+        index: int,
+        engines: Mapping[str, Engine],
+        metrics: Mapping[str, PairMetrics],
+        proven: bool = True,
+    ) -> None:
+        self.index = index
+        self.name = f"scheduler-{index}"
+        self.engines = engines
+        self.lanes = {
+            pair: Lane(pair, engine, metrics.get(pair)) for pair, engine in engines.items()
+        }
+        self.cancelled: list[Request] = []  # requests whose rows this worker must drop
+        # Idle at its last look, it left the waiting sentences to a better-placed worker, so it
+        # may sleep while they wait.
+        self.deferred = False
+        # The sources that failed alone since the last step that succeeded.
+        self.failed_sources: set[tuple[int, ...]] = set()
+        # False while a restarted worker proves itself on the canary: none leaves work to it.
+        self.proven = proven
+        self.backoff_s = 0.0  # how long a restarted worker waits before it proves itself
+        self.thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> int:
+        return sum(len(lane.running) for lane in self.lanes.values())

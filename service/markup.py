@@ -281,6 +281,8 @@ def _word_edge(text: str, place: int, low: int, high: int, opening: bool) -> int
     start of the word it falls in (or the next), a closing tag to the end of the word before
     it, so that a tag put back by rule never cuts a word."""
     place = min(max(place, low), high)
+    if not opening:
+        place = _outside_item(text, place, low, high)
     if opening:
         while place > low and not text[place - 1].isspace():
             place -= 1
@@ -292,6 +294,22 @@ def _word_edge(text: str, place: int, low: int, high: int, opening: bool) -> int
             place += 1
         while place > low and text[place - 1].isspace():
             place -= 1
+    return place
+
+
+def _outside_item(text: str, place: int, low: int, high: int) -> int:
+    """``place`` moved to the nearer edge of the URL, address or other untranslatable item
+    it falls in (``service.placeholders``): a closing tag's share of the text can land on a
+    dot inside "example.org/b", and a tag there breaks the address."""
+    start = place
+    while start > low and not text[start - 1].isspace():
+        start -= 1
+    end = place
+    while end < high and not text[end].isspace():
+        end += 1
+    end = start + len(text[start:end].rstrip(".,;:!?)]\"'"))
+    if start < place < end and is_untranslatable(text[start:end]):
+        return start if place - start <= end - place else end
     return place
 
 

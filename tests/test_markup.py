@@ -146,6 +146,17 @@ def test_tags_the_model_dropped_come_back_where_the_source_had_them():
                    "Modelle sind in <code>m</code>.</p>")
 
 
+def test_a_tag_put_back_by_rule_never_cuts_an_address():
+    # The closing tag's share of the source lands on the dot of "example.org" in a shorter
+    # translation; it goes to the nearer edge of the URL, not into it.
+    document = parse('<p><a href="https://example.org/a">The cat is sleeping on the sofa.</a> '
+                     "https://example.org/b</p>")
+    assert document.render(["Das Kch. https://example.org/b"]) == (
+        '<p><a href="https://example.org/a">Das Kch.</a> https://example.org/b</p>')
+    assert document.render(["Die Katze schläft. Mail an anna.schmidt@example.com"]).count(
+        "anna.schmidt@example.com") == 1
+
+
 def test_tags_the_model_invented_or_mangled_are_not_let_through():
     document = parse("<p>The <i>quick</i> fox and the <b>lazy</b> dog.</p>")
     out = document.render(["Der <i>schnelle</b> Fuchs und der <b>faule</p> <br> Hund."])

@@ -37,8 +37,8 @@ from fastapi.responses import JSONResponse
 
 from service import pipeline
 from service.api.fields import compat_fields, text_list
-from service.api.libretranslate import LANGUAGE_NAMES
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
+from service.languages import language_name
 from service.pipeline import PipelineError, PipelineRequest, client_of, keyed_body
 from service.state import ServiceState
 from service.translator import TranslateOptions
@@ -211,7 +211,7 @@ async def languages(request: Request) -> JSONResponse:
     codes = sorted({pair[0 if kind == "source" else 1] for pair in state.engines})
     entries: list[dict[str, Any]] = []
     for code in codes:
-        entry: dict[str, Any] = {"language": code.upper(), "name": LANGUAGE_NAMES.get(code, code)}
+        entry: dict[str, Any] = {"language": code.upper(), "name": language_name(code)}
         if kind == "target":
             entry["supports_formality"] = False
         entries.append(entry)

@@ -28,23 +28,13 @@ from service.api.fields import compat_fields, text_list
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
 from service.api.uploads import document_request, download, translated_name
 from service.documents import DONE, FORMATS
+from service.languages import language_name
 from service.pipeline import PipelineError, PipelineRequest, keyed_body, require_ready
 from service.state import ServiceState
 from service.translator import TranslateOptions
 
 PREFIX = "/libretranslate"
 router = APIRouter(prefix=PREFIX, tags=["LibreTranslate-compatible"])
-
-# English names of the languages bundles commonly serve; any other code names itself.
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
-    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
-    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi",
-    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
-    "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish",
-    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
 
 _SLOWDOWN = "Slowdown: {message}"
 _INVALID = Reply(400, "Invalid request: {message}")
@@ -77,10 +67,6 @@ def error_response(error: PipelineError) -> JSONResponse:
 def _body_key(fields: dict[str, Any]) -> str:
     """LibreTranslate's ``api_key`` field."""
     return str(fields.get("api_key") or "")
-
-
-def _name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
 
 
 def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
@@ -180,7 +166,7 @@ async def languages(request: Request) -> JSONResponse:
     targets: dict[str, list[str]] = {}
     for source, target in sorted([*state.engines, *state.pivots]):
         targets.setdefault(source, []).append(target)
-    return JSONResponse([{"code": code, "name": _name(code), "targets": reached}
+    return JSONResponse([{"code": code, "name": language_name(code), "targets": reached}
                          for code, reached in targets.items()])
 
 
@@ -237,7 +223,7 @@ async def frontend_settings(request: Request) -> JSONResponse:
         "filesTranslation": True,
         "supportedFilesFormat": sorted(FORMATS),
         "language": {
-            "source": {"code": source, "name": _name(source)},
-            "target": {"code": target, "name": _name(target)},
+            "source": {"code": source, "name": language_name(source)},
+            "target": {"code": target, "name": language_name(target)},
         },
     })

@@ -1,7 +1,12 @@
-"""One error shape for every failure: ``{"error": {"code", "message", "field"?}}``.
+"""How failures are answered. The service's own error shape is ``{"error": {"code",
+"message", "field"?}}``: clients branch on ``code`` (stable, snake_case) and show ``message``
+(human, may change); ``field`` names the offending request field as ``text`` or ``text[3]``
+when there is one. The compatible APIs answer in their own shapes (``ErrorShape``).
 
-Clients branch on ``code`` (stable, snake_case) and show ``message`` (human, may change);
-``field`` names the offending request field as ``text`` or ``text[3]`` when there is one.
+Routes raise; the handlers installed here answer. Each API's routes carry its ``ErrorShape``
+(``ShapedRoute``), so one handler renders a ``PipelineError`` through the table of the API
+whose route raised it; what fails before a route is found (an unknown path) is answered in the
+shape of the API whose path prefix it is under.
 """
 
 from __future__ import annotations
@@ -10,16 +15,19 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, APIRouter
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.metrics import ASGIApp, Message, Receive, Scope, Send
+from service.pipeline import PipelineError
 from service.shared_state import StoreDown
 
 log = logging.getLogger(__name__)
@@ -121,23 +129,58 @@ def from_validation_errors(errors: Sequence[Mapping[str, Any]]) -> ApiError:
     return ApiError(422, code, "; ".join(messages), field)
 
 
-def shaped_response(path: str, error: ApiError, shapes: Mapping[str, str]) -> JSONResponse:
-    """``error`` in the error shape of the API whose path ``path`` is under: ``shapes`` maps a
-    path prefix to the one key of that API's error object (``{"error": ...}``,
-    ``{"message": ...}``); other paths get the service's own shape."""
-    for prefix, key in shapes.items():
-        if path == prefix or path.startswith(prefix + "/"):
-            return JSONResponse({key: error.message}, error.status, headers=error.headers)
-    return error_response(error)
+@dataclass(frozen=True)
+class ErrorShape:
+    """How one API answers a failure: ``of_pipeline`` is its table from the pipeline's error
+    codes to its status codes and wording, ``body`` writes an error as its error object."""
+
+    of_pipeline: Callable[[PipelineError], ApiError]
+    body: Callable[[ApiError], dict[str, Any]]
+
+    def response(self, error: ApiError) -> JSONResponse:
+        return JSONResponse(self.body(error), error.status, headers=error.headers)
 
 
-def install_error_handlers(app: FastAPI, shapes: Mapping[str, str] | None = None) -> None:
-    """Errors raised outside a route's own handling (unknown routes, wrong methods, bugs) in
-    the error shape of the API whose path they are under (``shaped_response``)."""
-    shapes = dict(shapes or {})
+class ShapedRoute(APIRoute):
+    """A route of one API; each API's router makes its routes of a subclass that names the
+    API's ``error_shape``, in which the app's handlers answer whatever the route raises."""
+
+    error_shape: ClassVar[ErrorShape]
+
+
+class ErrorShapes:
+    """Which API's shape a failure is answered in: that of the route the request reached,
+    else (before routing: an unknown path, a middleware's refusal) that of the router whose
+    prefix the path is under, else ``default``, the service's own."""
+
+    def __init__(self, default: ErrorShape, routers: Iterable[APIRouter]) -> None:
+        self.default = default
+        self.by_prefix = {router.prefix: router.route_class.error_shape for router in routers
+                          if router.prefix and issubclass(router.route_class, ShapedRoute)}
+
+    def of(self, scope: Scope) -> ErrorShape:
+        route = scope.get("route")
+        if isinstance(route, ShapedRoute):
+            return route.error_shape
+        path = scope["path"]
+        for prefix, shape in self.by_prefix.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return shape
+        return self.default
+
+
+def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
+    """Every failure a request meets, answered in the error shape of its API (``shapes``): a
+    ``PipelineError`` through that API's table, the others (unknown routes, wrong methods,
+    invalid requests, bugs) with their own status."""
 
     def respond(request: Request, error: ApiError) -> JSONResponse:
-        return shaped_response(request.url.path, error, shapes)
+        return shapes.of(request.scope).response(error)
+
+    @app.exception_handler(PipelineError)
+    async def _pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
+        shape = shapes.of(request.scope)
+        return shape.response(shape.of_pipeline(exc))
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

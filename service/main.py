@@ -24,8 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import deepl, deepl_documents, deepl_glossaries, libretranslate, page
-from service.api.native import router
+from service.api import deepl, deepl_documents, deepl_glossaries, libretranslate, native, page
 from service.api.private import PrivateRoutesMiddleware
 from service.connections import (
     BodyDeadlineMiddleware,
@@ -34,7 +33,7 @@ from service.connections import (
     close_listeners,
     fit_open_file_limit,
 )
-from service.errors import CancelledRequestMiddleware, install_error_handlers
+from service.errors import CancelledRequestMiddleware, ErrorShapes, install_error_handlers
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.sentence_cache import SharedTier
@@ -107,14 +106,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
-    shapes = {libretranslate.PREFIX: "error", **dict.fromkeys(deepl.PREFIXES, "message")}
+    routers = [native.router, libretranslate.router, deepl.router, deepl_glossaries.router,
+               deepl_glossaries.v3, deepl_documents.router]
+    shapes = ErrorShapes(native.ERRORS, routers)
     install_error_handlers(app, shapes)
-    app.include_router(router)
-    app.include_router(libretranslate.router)
-    app.include_router(deepl.router)
-    app.include_router(deepl_glossaries.router)
-    app.include_router(deepl_glossaries.v3)
-    app.include_router(deepl_documents.router)
+    for api_router in routers:
+        app.include_router(api_router)
     if settings.page:
         app.include_router(page.router)
     if settings.cors_origins:

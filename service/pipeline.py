@@ -1,13 +1,15 @@
 """The one path every API's request takes, whatever its shape.
 
-An API module parses its request shape into a ``PipelineRequest`` and calls ``translate``,
-which decides, once and in this order: load shedding (``service.overload``), the key, the
-text limits, the options, the language pair (detecting the source when asked), the rate and
-usage limits, readiness and admission, then the Translator under the request's deadline,
-abandoned if the client hangs up. Every refusal or failure is a ``PipelineError`` with a
-stable ``code``; each API renders it through its own table of codes (status and wording in
-that API's error shape). So the same situation gets the same decision in every API, and only
-the words differ.
+An API module parses its request shape into a ``PipelineRequest`` and calls ``translate`` (or
+``start_document`` for an upload), which decide through one checklist, once and in this
+order: load shedding (``service.overload``), the key, the limits (a text's here, a
+document's as it is read), the options, readiness and the language pair (detecting the source
+when asked; resolved among the loaded models, hence after readiness), the glossary, the rate
+and usage limits, admission, then the Translator (under the request's deadline, abandoned if
+the client hangs up; a document's job started in the background), and only then is the usage
+charged. Every refusal or failure is a ``PipelineError`` with a stable ``code``; each API
+renders it through its own table of codes (status and wording in that API's error shape). So
+the same situation gets the same decision in every API, and only the words differ.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from fastapi import Request
 
@@ -98,8 +100,14 @@ class PipelineRequest:
     document_data: bytes | None = None  # a binary document's bytes (texts: its words)
 
 
+# The request as an API's parse made it: a ``PipelineRequest``, or one that also carries what
+# that API's answer echoes.
+Parsed = TypeVar("Parsed", bound=PipelineRequest)
+
+
 @dataclass(frozen=True)
-class PipelineResult:
+class PipelineResult(Generic[Parsed]):
+    request: Parsed
     results: list[TextResult]  # one per text, in order
     pair: Pair
     detected: tuple[str, float] | None  # (language, confidence 0-1) when the source was detected
@@ -368,49 +376,81 @@ async def take_rate(state: ServiceState, client: str, chars: int, key: str) -> N
         ) from None
 
 
-async def translate(state: ServiceState, http: Request,
-                    parse: Callable[[bytes], PipelineRequest], key: str | None = None,
-                    ) -> PipelineResult:
+@dataclass(frozen=True)
+class Checked(Generic[Parsed]):
+    """A request past every check before the Translator: its key, whom it is counted for, its
+    pair (and the detected source) and its options with the glossary's terms."""
+
+    request: Parsed
+    key: str
+    client: str
+    pair: Pair
+    detected: tuple[str, float] | None
+    options: TranslateOptions
+
+    @property
+    def same_language(self) -> bool:
+        """Already in the target language (``resolve_pair``): returned as it is, and no
+        glossary applies."""
+        return self.pair[0] == self.pair[1]
+
+
+async def _checklist(state: ServiceState, http: Request, parse: Callable[[bytes], Parsed],
+                     key: str | None, hand_over: Callable[[Checked[Parsed]], Awaitable[T]],
+                     *, document: bool) -> T:
+    """The module's checklist, for texts and documents alike; ``hand_over`` admits the checked
+    request and hands it to the Translator, and what it returns is returned once the usage is
+    charged, the one point where it is."""
+    settings = state.settings
+    shed_when_behind(state)
+    if not document:
+        # A document waits among the documents (MAX_DOCUMENTS), not in the scheduler's queue.
+        shed_when_full(state)
+    # An upload unpacks to far more than it weighs: parsed off the event loop.
+    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key,
+                                    off_loop=document)
+    if not document:  # a document's limits are checked as it is read (MAX_DOCUMENT_CHARS)
+        check_texts(request.texts, request.single, settings)
+    check_options(request.options, settings)
+    require_ready(state)
+    pair, detected = resolve_pair(state, request)
+    options = (request.options if pair[0] == pair[1] else
+               await with_glossary(state, request, pair, key))
+    client = client_of(state, http, key)
+    characters = sum(map(len, request.texts))
+    await take_rate(state, client, characters, key)
+    outcome = await hand_over(Checked(request, key, client, pair, detected, options))
+    await state.usage.add(client, characters)
+    return outcome
+
+
+async def translate(state: ServiceState, http: Request, parse: Callable[[bytes], Parsed],
+                    key: str | None = None) -> PipelineResult[Parsed]:
     """A request through every check, in the module's order, then translated. ``parse`` reads
     the API's request shape from the body; ``key`` is the API key when the API carries it in
     a header (checked before the body is read), None when it comes in the body."""
     request_id = request_id_of(http)
+    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
+
+    async def translated(checked: Checked[Parsed]) -> PipelineResult[Parsed]:
+        translator = state.translator
+        assert translator is not None  # ready implies a translator
+        texts, pair, options = checked.request.texts, checked.pair, checked.options
+        work = (untranslated(texts, options) if checked.same_language else
+                translator.translate(texts, pair, options, deadline=deadline,
+                                     request_id=request_id))
+        try:
+            results = await unless_disconnected(http, work)
+        except SchedulerError as exc:
+            raise scheduler_error(exc, request_id) from None
+        return PipelineResult(checked.request, results, pair, checked.detected, request_id,
+                              translator.pivots.get(pair))
+
     try:
-        return await _translate(state, http, parse, key, request_id)
+        return await _checklist(state, http, parse, key, translated, document=False)
     except PipelineError as exc:
         exc.request_id = request_id  # the logs name it, and so does the answer
         raise
-
-
-async def _translate(state: ServiceState, http: Request,
-                     parse: Callable[[bytes], PipelineRequest], key: str | None,
-                     request_id: str) -> PipelineResult:
-    deadline = asyncio.get_running_loop().time() + state.settings.request_timeout_s
-    settings = state.settings
-    shed_when_behind(state)
-    shed_when_full(state)
-    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key)
-    check_texts(request.texts, request.single, settings)
-    check_options(request.options, settings)
-    require_ready(state)
-    pair, detected = resolve_pair(state, request)
-    same = pair[0] == pair[1]  # already in the target language: no glossary applies
-    options = request.options if same else await with_glossary(state, request, pair, key)
-    client = client_of(state, http, key)
-    characters = sum(map(len, request.texts))
-    await take_rate(state, client, characters, key)
-    translator = state.translator
-    assert translator is not None  # ready implies a translator
-    work = (untranslated(request.texts, options) if same else
-            translator.translate(request.texts, pair, options, deadline=deadline,
-                                 request_id=request_id))
-    try:
-        results = await unless_disconnected(http, work)
-    except SchedulerError as exc:
-        raise scheduler_error(exc, request_id) from None
-    await state.usage.add(client, characters)
-    via = translator.pivots.get(pair)
-    return PipelineResult(results, pair, detected, request_id, via)
 
 
 def glossary_store(state: ServiceState) -> GlossaryStore | SharedGlossaryStore:
@@ -465,41 +505,31 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
 
 async def start_document(state: ServiceState, http: Request,
                          parse: Callable[[bytes], PipelineRequest], key: str | None,
-                         ) -> tuple[DocumentJob, PipelineRequest]:
-    """A document upload through the checks a translation takes (load shedding, key, body,
-    readiness, pair, glossary, rate and usage limits), then its translation started in the
-    background (``service.documents``). ``parse`` reads the upload into a request of one
-    text (the document's), and raises
-    PipelineErrors for a bad file; its ``document`` names the file, its type and kind."""
-    settings = state.settings
-    shed_when_behind(state)
-    request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key,
-                                    off_loop=True)
-    check_options(request.options, settings)
-    require_ready(state)
-    pair, _ = resolve_pair(state, request)
-    same = pair[0] == pair[1]  # already in the target language (resolve_pair)
-    options = request.options if same else await with_glossary(state, request, pair, key)
-    if state.documents.full():
-        raise PipelineError("queue_full", f"{settings.max_documents} documents are being "
-                            "translated or waiting for their download (MAX_DOCUMENTS); retry "
-                            "later.", retry_after=10)
-    client = client_of(state, http, key)
-    text = request.texts[0]
-    await take_rate(state, client, len(text), key)
-    translator = state.translator
-    assert translator is not None  # ready implies a translator
-    await state.usage.add(client, len(text))
-    document = request.document
-    assert document is not None  # parse names the file
-    filename, media_type, kind = document
-    job = await state.documents.start(
-        glossary_owner(state, key), filename, kind, media_type, pair,
-        request.document_data if request.document_data is not None else text,
-        (lambda texts: untranslated(texts, options)) if same else
-        (lambda texts: translator.translate_many(texts, pair, options, background=True)),
-        len(text))
-    return job, request
+                         ) -> DocumentJob:
+    """A document upload through the checks a translation takes, in the module's order, then
+    its translation started in the background (``service.documents``). ``parse`` reads the
+    upload into a request of one text (the document's), and raises PipelineErrors for a bad
+    file; its ``document`` names the file, its type and kind."""
+
+    async def started(checked: Checked[PipelineRequest]) -> DocumentJob:
+        if state.documents.full():
+            raise PipelineError("queue_full", f"{state.settings.max_documents} documents are "
+                                "being translated or waiting for their download "
+                                "(MAX_DOCUMENTS); retry later.", retry_after=10)
+        translator = state.translator
+        assert translator is not None  # ready implies a translator
+        request, pair, options = checked.request, checked.pair, checked.options
+        assert request.document is not None  # parse names the file
+        filename, media_type, kind = request.document
+        text = request.texts[0]
+        return await state.documents.start(
+            glossary_owner(state, checked.key), filename, kind, media_type, pair,
+            request.document_data if request.document_data is not None else text,
+            (lambda texts: untranslated(texts, options)) if checked.same_language else
+            (lambda texts: translator.translate_many(texts, pair, options, background=True)),
+            len(text))
+
+    return await _checklist(state, http, parse, key, started, document=True)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

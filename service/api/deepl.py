@@ -30,6 +30,7 @@ one model, which serves every type; ``model_type_used`` names the type asked for
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -37,15 +38,14 @@ from fastapi.responses import JSONResponse
 
 from service import pipeline
 from service.api.fields import compat_fields, text_list
-from service.api.libretranslate import LANGUAGE_NAMES
-from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
+from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_shape
+from service.errors import ShapedRoute
+from service.languages import language_name
 from service.pipeline import PipelineError, PipelineRequest, client_of, keyed_body
 from service.state import ServiceState
 from service.translator import TranslateOptions
 
 PREFIX = "/v2"
-PREFIXES = (PREFIX, "/v3")  # v3 holds DeepL's newer glossary and style-rule routes
-router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"])
 FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")
 SPLIT_SENTENCES = ("0", "1", "nonewlines")
 MODEL_TYPES = ("quality_optimized", "latency_optimized", "prefer_quality_optimized")
@@ -80,8 +80,18 @@ DEEPL: dict[str, Reply] = {
 }
 
 
-def error_response(error: PipelineError) -> JSONResponse:
-    return message_response(DEEPL, error, "message")
+class DeepLRoute(ShapedRoute):
+    error_shape = message_shape(DEEPL, "message")
+
+
+router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"], route_class=DeepLRoute)
+
+
+@dataclass(frozen=True)
+class DeepLRequest(PipelineRequest):
+    """The pipeline's request, and the ``model_type`` DeepL's answer names as used."""
+
+    model_type: str = ""
 
 
 def header_key(request: Request) -> str | None:
@@ -123,7 +133,7 @@ def _tags(value: Any) -> tuple[str, ...]:
     return tuple(tag.strip() for v in values for tag in v.split(",") if tag.strip())
 
 
-def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
+def _translate_request(fields: dict[str, Any]) -> DeepLRequest:
     if not fields.get("text"):
         raise PipelineError("missing_field",
                             "Parameter 'text' not specified or not a list of strings", "text")
@@ -149,37 +159,29 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
     if glossary_id is not None and not source:
         raise PipelineError("missing_field", "Value for 'source_lang' is required when using "
                             "a glossary.", "source_lang")
-    return PipelineRequest(
+    return DeepLRequest(
         texts, options, source=language_code(str(source)) if source else None,
         target=language_code(str(fields["target_lang"])), detect=not source,
-        key=_body_key(fields), glossary_id=str(glossary_id) if glossary_id else None)
+        key=_body_key(fields), glossary_id=str(glossary_id) if glossary_id else None,
+        model_type=str(fields.get("model_type") or "").removeprefix("prefer_"))
 
 
 @router.post("/translate")
 async def translate(request: Request) -> JSONResponse:
     """DeepL's ``POST /v2/translate``."""
     state: ServiceState = request.app.state.service
-    fields: dict[str, Any] = {}
-    texts: list[str] = []
 
-    def parse(body: bytes) -> PipelineRequest:
-        nonlocal fields, texts
-        fields = compat_fields(body, request.headers, request.query_params, "text")
-        parsed = _translate_request(fields)
-        texts = parsed.texts
-        return parsed
+    def parse(body: bytes) -> DeepLRequest:
+        return _translate_request(compat_fields(body, request.headers, request.query_params,
+                                                "text"))
 
-    try:
-        answer = await pipeline.translate(state, request, parse, key=header_key(request))
-    except PipelineError as exc:
-        return error_response(exc)
-    model_type = str(fields.get("model_type") or "").removeprefix("prefer_")
+    answer = await pipeline.translate(state, request, parse, key=header_key(request))
     translations = []
-    for text, result in zip(texts, answer.results, strict=True):
+    for text, result in zip(answer.request.texts, answer.results, strict=True):
         translation = {"detected_source_language": answer.pair[0].upper(), "text": result.text,
                        "billed_characters": len(text)}
-        if model_type:
-            translation["model_type_used"] = model_type
+        if answer.request.model_type:
+            translation["model_type_used"] = answer.request.model_type
         translations.append(translation)
     return JSONResponse({"translations": translations})
 
@@ -201,17 +203,14 @@ async def languages(request: Request) -> JSONResponse:
     """DeepL's ``/v2/languages``: ``[{language, name}]`` for ``type=source`` (the default),
     with ``supports_formality`` for ``type=target``."""
     state: ServiceState = request.app.state.service
-    try:
-        fields, _ = await key_fields(request, state)
-        kind = str(fields.get("type") or "source").lower()
-        if kind not in ("source", "target"):
-            raise PipelineError("invalid_field", "Value for 'type' not supported.", "type")
-    except PipelineError as exc:
-        return error_response(exc)
+    fields, _ = await key_fields(request, state)
+    kind = str(fields.get("type") or "source").lower()
+    if kind not in ("source", "target"):
+        raise PipelineError("invalid_field", "Value for 'type' not supported.", "type")
     codes = sorted({pair[0 if kind == "source" else 1] for pair in state.engines})
     entries: list[dict[str, Any]] = []
     for code in codes:
-        entry: dict[str, Any] = {"language": code.upper(), "name": LANGUAGE_NAMES.get(code, code)}
+        entry: dict[str, Any] = {"language": code.upper(), "name": language_name(code)}
         if kind == "target":
             entry["supports_formality"] = False
         entries.append(entry)
@@ -222,10 +221,7 @@ async def usage(request: Request) -> JSONResponse:
     """DeepL's ``/v2/usage``: characters this client translated since the process started,
     and its ``USAGE_LIMIT_CHARS`` (``NO_LIMIT`` when there is none)."""
     state: ServiceState = request.app.state.service
-    try:
-        _, key = await key_fields(request, state)
-    except PipelineError as exc:
-        return error_response(exc)
+    _, key = await key_fields(request, state)
     client = client_of(state, request, key)
     return JSONResponse({"character_count": await state.usage.count(client),
                          "character_limit": state.settings.usage_limit_chars or NO_LIMIT})

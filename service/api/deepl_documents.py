@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse, Response
 
 from service.api.deepl import (
     PREFIX,
+    DeepLRoute,
     check_formality,
-    error_response,
     header_key,
     key_fields,
     language_code,
@@ -27,7 +27,7 @@ from service.documents import DONE, ERROR, DocumentJob
 from service.pipeline import PipelineError, PipelineRequest, start_document
 from service.state import ServiceState
 
-router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"])
+router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"], route_class=DeepLRoute)
 UPLOAD_WAIT_S = 1.0  # the upload's answer waits this long for a short document to be done
 
 
@@ -42,10 +42,7 @@ async def upload(request: Request) -> Response:
                                 key="auth_key", glossary="glossary_id", language=language_code,
                                 check=_check_fields)
 
-    try:
-        job, _ = await start_document(state, request, parse, header_key(request))
-    except PipelineError as exc:
-        return error_response(exc)
+    job = await start_document(state, request, parse, header_key(request))
     # DeepL's clients ask for the status at once, then every 5 s: a short document done
     # within a moment is "done" at their first question rather than 5 s later.
     assert job.task is not None
@@ -75,10 +72,7 @@ async def _job(request: Request, document_id: str) -> DocumentJob:
 @router.post("/document/{document_id}")
 async def status(request: Request, document_id: str) -> Response:
     """DeepL's ``POST /v2/document/{id}``: the translation's status."""
-    try:
-        job = await _job(request, document_id)
-    except PipelineError as exc:
-        return error_response(exc)
+    job = await _job(request, document_id)
     answer: dict[str, object] = {"document_id": job.document_id, "status": job.status}
     if job.status == DONE:
         answer.update(seconds_remaining=0, billed_characters=job.characters)
@@ -91,14 +85,11 @@ async def status(request: Request, document_id: str) -> Response:
 async def result(request: Request, document_id: str) -> Response:
     """DeepL's ``POST /v2/document/{id}/result``: the translated file, once."""
     state: ServiceState = request.app.state.service
-    try:
-        job = await _job(request, document_id)
-        if job.status != DONE:
-            raise PipelineError("document_not_ready", "Document translation is not done: "
-                                f"{job.status}.", "document_id", retry_after=1)
-        data = await state.documents.take(job)
-        if data is None:
-            raise PipelineError("document_not_found", "Document not found.", "document_id")
-    except PipelineError as exc:
-        return error_response(exc)
+    job = await _job(request, document_id)
+    if job.status != DONE:
+        raise PipelineError("document_not_ready", "Document translation is not done: "
+                            f"{job.status}.", "document_id", retry_after=1)
+    data = await state.documents.take(job)
+    if data is None:
+        raise PipelineError("document_not_found", "Document not found.", "document_id")
     return download(job, data)

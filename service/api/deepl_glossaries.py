@@ -22,13 +22,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.api.deepl import PREFIX, error_response, key_fields, language_code
+from service.api.deepl import PREFIX, DeepLRoute, key_fields, language_code
 from service.glossary import Glossary, GlossaryError, Pair, parse_entries, valid_id
 from service.pipeline import PipelineError, glossary_owner, glossary_store
 from service.state import ServiceState
 
-router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"])
-v3 = APIRouter(prefix="/v3", tags=["DeepL-compatible"])
+router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"], route_class=DeepLRoute)
+# DeepL's newer glossary routes
+v3 = APIRouter(prefix="/v3", tags=["DeepL-compatible"], route_class=DeepLRoute)
 
 
 def v2_json(glossary: Glossary) -> dict[str, Any]:
@@ -147,21 +148,15 @@ def _single(glossary: Glossary) -> Glossary:
 @router.post("/glossaries", status_code=201)
 async def create(request: Request) -> Response:
     """DeepL's ``POST /v2/glossaries``."""
-    try:
-        glossary = await _create(request, lambda state, fields: {
-            _pair(state, fields): _entries(state, fields)})
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary = await _create(request, lambda state, fields: {
+        _pair(state, fields): _entries(state, fields)})
     return JSONResponse(v2_json(glossary), status_code=201)
 
 
 @router.get("/glossaries")
 async def list_glossaries(request: Request) -> Response:
     """DeepL's ``GET /v2/glossaries``: the caller's glossaries of one dictionary."""
-    try:
-        glossaries = await _listed(request)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossaries = await _listed(request)
     return JSONResponse({"glossaries": [v2_json(g) for g in glossaries
                                         if len(g.dictionaries) == 1]})
 
@@ -169,21 +164,15 @@ async def list_glossaries(request: Request) -> Response:
 @router.get("/glossaries/{glossary_id}")
 async def get(request: Request, glossary_id: str) -> Response:
     """DeepL's ``GET /v2/glossaries/{id}``."""
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-        return JSONResponse(v2_json(_single(glossary)))
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
+    return JSONResponse(v2_json(_single(glossary)))
 
 
 @router.get("/glossaries/{glossary_id}/entries")
 async def entries(request: Request, glossary_id: str) -> Response:
     """DeepL's ``GET /v2/glossaries/{id}/entries``: TSV, one entry a line."""
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-        glossary = _single(glossary)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
+    glossary = _single(glossary)
     return Response(glossary.entries_tsv(glossary.pair), media_type="text/tab-separated-values")
 
 
@@ -191,10 +180,7 @@ async def entries(request: Request, glossary_id: str) -> Response:
 async def delete(request: Request, glossary_id: str) -> Response:
     """DeepL's ``DELETE /v2/glossaries/{id}``."""
     state: ServiceState = request.app.state.service
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
     await glossary_store(state).delete(glossary.glossary_id, glossary.owner)
     return Response(status_code=204)
 
@@ -204,10 +190,7 @@ async def language_pairs(request: Request) -> Response:
     """DeepL's ``GET /v2/glossary-language-pairs``: every pair of two different languages
     the loaded bundles know."""
     state: ServiceState = request.app.state.service
-    try:
-        await key_fields(request, state)
-    except PipelineError as exc:
-        return error_response(exc)
+    await key_fields(request, state)
     known = sorted(languages(state))
     return JSONResponse({"supported_languages": [
         {"source_lang": source, "target_lang": target}
@@ -219,30 +202,21 @@ async def language_pairs(request: Request) -> Response:
 @v3.post("/glossaries", status_code=201)
 async def create_v3(request: Request) -> Response:
     """DeepL's ``POST /v3/glossaries``."""
-    try:
-        glossary = await _create(request, _dictionaries)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary = await _create(request, _dictionaries)
     return JSONResponse(v3_json(glossary), status_code=201)
 
 
 @v3.get("/glossaries")
 async def list_v3(request: Request) -> Response:
     """DeepL's ``GET /v3/glossaries``: all the caller's glossaries."""
-    try:
-        glossaries = await _listed(request)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossaries = await _listed(request)
     return JSONResponse({"glossaries": [v3_json(g) for g in glossaries]})
 
 
 @v3.get("/glossaries/{glossary_id}")
 async def get_v3(request: Request, glossary_id: str) -> Response:
     """DeepL's ``GET /v3/glossaries/{id}``."""
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
     return JSONResponse(v3_json(glossary))
 
 
@@ -252,20 +226,17 @@ async def update_v3(request: Request, glossary_id: str) -> Response:
     entries are merged into the glossary's (new pairs added, a source term's target
     replaced)."""
     state: ServiceState = request.app.state.service
-    try:
-        glossary, fields = await _glossary(request, glossary_id)
-        name = _name(fields) if "name" in fields else glossary.name
-        dictionaries = {pair: dict(entries) for pair, entries in glossary.dictionaries.items()}
-        if "dictionaries" in fields:
-            for pair, entries in _dictionaries(state, fields).items():
-                merged = dictionaries.setdefault(pair, {})
-                merged.update(entries)
-                if len(merged) > state.settings.max_glossary_entries:
-                    raise PipelineError("too_many_glossary_entries", "at most "
-                                        f"{state.settings.max_glossary_entries} entries "
-                                        "(MAX_GLOSSARY_ENTRIES).", "dictionaries")
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, fields = await _glossary(request, glossary_id)
+    name = _name(fields) if "name" in fields else glossary.name
+    dictionaries = {pair: dict(entries) for pair, entries in glossary.dictionaries.items()}
+    if "dictionaries" in fields:
+        for pair, entries in _dictionaries(state, fields).items():
+            merged = dictionaries.setdefault(pair, {})
+            merged.update(entries)
+            if len(merged) > state.settings.max_glossary_entries:
+                raise PipelineError("too_many_glossary_entries", "at most "
+                                    f"{state.settings.max_glossary_entries} entries "
+                                    "(MAX_GLOSSARY_ENTRIES).", "dictionaries")
     saved = await glossary_store(state).save(dataclasses.replace(glossary, name=name,
                                                       dictionaries=dictionaries))
     return JSONResponse(v3_json(saved))
@@ -280,14 +251,11 @@ async def entries_v3(request: Request, glossary_id: str) -> Response:
     """DeepL's ``GET /v3/glossaries/{id}/entries?source_lang=&target_lang=``: that
     dictionary's entries as TSV in JSON."""
     state: ServiceState = request.app.state.service
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-        pair = _query_pair(state, request)
-        if pair not in glossary.dictionaries:
-            raise PipelineError("glossary_not_found", "Glossary dictionary not found.",
-                                "source_lang")
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
+    pair = _query_pair(state, request)
+    if pair not in glossary.dictionaries:
+        raise PipelineError("glossary_not_found", "Glossary dictionary not found.",
+                            "source_lang")
     return JSONResponse({"dictionaries": [{
         "source_lang": pair[0], "target_lang": pair[1], "entries": glossary.entries_tsv(pair),
         "entries_format": "tsv"}]})
@@ -298,12 +266,9 @@ async def replace_dictionary(request: Request, glossary_id: str) -> Response:
     """DeepL's ``PUT /v3/glossaries/{id}/dictionaries``: one pair's entries replaced (or
     the pair added)."""
     state: ServiceState = request.app.state.service
-    try:
-        glossary, fields = await _glossary(request, glossary_id)
-        pair = _pair(state, fields)
-        entries = _entries(state, fields)
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, fields = await _glossary(request, glossary_id)
+    pair = _pair(state, fields)
+    entries = _entries(state, fields)
     await glossary_store(state).save(dataclasses.replace(
         glossary, dictionaries={**glossary.dictionaries, pair: entries}))
     return JSONResponse({"source_lang": pair[0], "target_lang": pair[1],
@@ -314,14 +279,11 @@ async def replace_dictionary(request: Request, glossary_id: str) -> Response:
 async def delete_dictionary(request: Request, glossary_id: str) -> Response:
     """DeepL's ``DELETE /v3/glossaries/{id}/dictionaries?source_lang=&target_lang=``."""
     state: ServiceState = request.app.state.service
-    try:
-        glossary, _ = await _glossary(request, glossary_id)
-        pair = _query_pair(state, request)
-        if pair not in glossary.dictionaries:
-            raise PipelineError("glossary_not_found", "Glossary dictionary not found.",
-                                "source_lang")
-    except PipelineError as exc:
-        return error_response(exc)
+    glossary, _ = await _glossary(request, glossary_id)
+    pair = _query_pair(state, request)
+    if pair not in glossary.dictionaries:
+        raise PipelineError("glossary_not_found", "Glossary dictionary not found.",
+                            "source_lang")
     rest = {p: e for p, e in glossary.dictionaries.items() if p != pair}
     if rest:
         await glossary_store(state).save(dataclasses.replace(glossary, dictionaries=rest))

@@ -25,26 +25,16 @@ from fastapi.responses import JSONResponse, Response
 
 from service import pipeline
 from service.api.fields import compat_fields, text_list
-from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_response
+from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_shape
 from service.api.uploads import document_request, download, translated_name
 from service.documents import DONE, FORMATS
+from service.errors import ShapedRoute
+from service.languages import language_name
 from service.pipeline import PipelineError, PipelineRequest, keyed_body, require_ready
 from service.state import ServiceState
 from service.translator import TranslateOptions
 
 PREFIX = "/libretranslate"
-router = APIRouter(prefix=PREFIX, tags=["LibreTranslate-compatible"])
-
-# English names of the languages bundles commonly serve; any other code names itself.
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
-    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
-    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi",
-    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
-    "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish",
-    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
 
 _SLOWDOWN = "Slowdown: {message}"
 _INVALID = Reply(400, "Invalid request: {message}")
@@ -70,17 +60,17 @@ LIBRETRANSLATE: dict[str, Reply] = {
 }
 
 
-def error_response(error: PipelineError) -> JSONResponse:
-    return message_response(LIBRETRANSLATE, error, "error")
+class LibreTranslateRoute(ShapedRoute):
+    error_shape = message_shape(LIBRETRANSLATE, "error")
+
+
+router = APIRouter(prefix=PREFIX, tags=["LibreTranslate-compatible"],
+                   route_class=LibreTranslateRoute)
 
 
 def _body_key(fields: dict[str, Any]) -> str:
     """LibreTranslate's ``api_key`` field."""
     return str(fields.get("api_key") or "")
-
-
-def _name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
 
 
 def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
@@ -108,19 +98,13 @@ def _translate_request(fields: dict[str, Any]) -> PipelineRequest:
 async def translate(request: Request) -> JSONResponse:
     """LibreTranslate's ``POST /translate``."""
     state: ServiceState = request.app.state.service
-    batch = False
 
     def parse(body: bytes) -> PipelineRequest:
-        nonlocal batch
-        parsed = _translate_request(compat_fields(body, request.headers,
-                                                  request.query_params, "q"))
-        batch = not parsed.single
-        return parsed
+        return _translate_request(compat_fields(body, request.headers, request.query_params,
+                                                "q"))
 
-    try:
-        answer = await pipeline.translate(state, request, parse)
-    except PipelineError as exc:
-        return error_response(exc)
+    answer = await pipeline.translate(state, request, parse)
+    batch = not answer.request.single
     translated = [result.text for result in answer.results]
     body: dict[str, Any] = {"translatedText": translated if batch else translated[0]}
     if answer.detected is not None:
@@ -146,14 +130,11 @@ async def translate_file(request: Request) -> Response:
                                 state.settings, source="source", target="target",
                                 key="api_key")
 
-    try:
-        job, _ = await pipeline.start_document(state, request, parse, None)
-    except PipelineError as exc:
-        return error_response(exc)
+    job = await pipeline.start_document(state, request, parse, None)
     assert job.task is not None
     await asyncio.shield(job.task)  # LibreTranslate answers once the file is translated
     if job.status != DONE:
-        return error_response(PipelineError("translation_failed", job.error or "failed"))
+        raise PipelineError("translation_failed", job.error or "failed")
     name = quote(translated_name(job.filename))
     url = f"{str(request.base_url).rstrip('/')}{PREFIX}/download_file/{job.document_id}/" \
           f"{job.document_key}/{name}"
@@ -168,7 +149,7 @@ async def download_file(request: Request, document_id: str, document_key: str,
     job = await state.documents.get(document_id, document_key)
     data = await state.documents.take(job) if job is not None and job.status == DONE else None
     if job is None or data is None:
-        return error_response(PipelineError("document_not_found", "File not found."))
+        raise PipelineError("document_not_found", "File not found.")
     return download(job, data)
 
 
@@ -180,7 +161,7 @@ async def languages(request: Request) -> JSONResponse:
     targets: dict[str, list[str]] = {}
     for source, target in sorted([*state.engines, *state.pivots]):
         targets.setdefault(source, []).append(target)
-    return JSONResponse([{"code": code, "name": _name(code), "targets": reached}
+    return JSONResponse([{"code": code, "name": language_name(code), "targets": reached}
                          for code, reached in targets.items()])
 
 
@@ -189,19 +170,16 @@ async def detect(request: Request) -> JSONResponse:
     """LibreTranslate's ``POST /detect``: ``[{confidence (0-100), language}]``, best first,
     among the languages the loaded bundles translate from."""
     state: ServiceState = request.app.state.service
-    try:
-        fields, _ = await keyed_body(
-            state, request, lambda body: compat_fields(body, request.headers,
-                                                       request.query_params, "q"),
-            None, _body_key)
-        if not fields.get("q"):
-            raise PipelineError("missing_field", "missing q parameter", "q")
-        texts = text_list(fields["q"], "q")
-        require_ready(state)
-        candidates = sorted({source for source, _ in state.engines})
-        ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
-    except PipelineError as exc:
-        return error_response(exc)
+    fields, _ = await keyed_body(
+        state, request, lambda body: compat_fields(body, request.headers,
+                                                   request.query_params, "q"),
+        None, _body_key)
+    if not fields.get("q"):
+        raise PipelineError("missing_field", "missing q parameter", "q")
+    texts = text_list(fields["q"], "q")
+    require_ready(state)
+    candidates = sorted({source for source, _ in state.engines})
+    ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
     return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
                          for language, confidence in ranked])
 
@@ -211,7 +189,7 @@ async def health(request: Request) -> JSONResponse:
     """LibreTranslate's ``GET /health``: 200 ``{"status": "ok"}`` while the process serves."""
     state: ServiceState = request.app.state.service
     if state.phase == "failed":
-        return error_response(PipelineError("load_failed", "Loading the models failed."))
+        raise PipelineError("load_failed", "Loading the models failed.")
     return JSONResponse({"status": "ok"})
 
 
@@ -237,7 +215,7 @@ async def frontend_settings(request: Request) -> JSONResponse:
         "filesTranslation": True,
         "supportedFilesFormat": sorted(FORMATS),
         "language": {
-            "source": {"code": source, "name": _name(source)},
-            "target": {"code": target, "name": _name(target)},
+            "source": {"code": source, "name": language_name(source)},
+            "target": {"code": target, "name": language_name(target)},
         },
     })

@@ -1,6 +1,7 @@
 """The service's own API: ``POST /translate``, ``GET /languages``, ``/health``, ``/ready``,
 ``/metrics``. Routes only: the request shape parsed into the pipeline's request
-(``service.pipeline``), its result rendered, its errors answered through ``NATIVE``.
+(``service.pipeline``), its result rendered; its routes raise, and their errors are answered
+through ``NATIVE`` in the service's own error shape (``service.errors``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from service import pipeline
 from service.api.fields import key_of
-from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, headers_for, reply_for, wording
+from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, table_error
 from service.api.schemas import (
     Alternative,
     ErrorResponse,
@@ -28,7 +29,7 @@ from service.api.schemas import (
 )
 from service.api.uploads import document_request, download
 from service.documents import DONE, DocumentJob
-from service.errors import ApiError, from_validation_errors
+from service.errors import ApiError, ErrorShape, ShapedRoute, error_body, from_validation_errors
 from service.pipeline import (
     PipelineError,
     PipelineRequest,
@@ -71,12 +72,18 @@ NATIVE: dict[str, Reply] = {
 
 
 def native_error(error: PipelineError) -> ApiError:
-    reply = reply_for(NATIVE, error)
-    headers = headers_for(error)
-    if reply.status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return ApiError(reply.status, reply.code or error.code, wording(reply, error), error.field,
-                    headers)
+    answer = table_error(NATIVE, error)
+    if answer.status == 401:
+        answer.headers["WWW-Authenticate"] = "Bearer"
+    return answer
+
+
+ERRORS = ErrorShape(native_error, lambda error: error_body(error.code, error.message,
+                                                            error.field))
+
+
+class NativeRoute(ShapedRoute):
+    error_shape = ERRORS
 
 
 _bearer = HTTPBearer(auto_error=False, description="One of the API_KEYS, when any are set.")
@@ -87,15 +94,14 @@ async def require_api_key(
     state: State,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    try:
-        check_key(state, request, credentials.credentials if credentials else "")
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    check_key(state, request, credentials.credentials if credentials else "")
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorResponse} for status in statuses}
-router = APIRouter()
+
+
+router = APIRouter(route_class=NativeRoute)
 
 
 @router.get("/health", response_model=StatusResponse, responses=_errors(503))
@@ -113,17 +119,14 @@ async def health(state: State) -> StatusResponse:
 async def ready(state: State) -> StatusResponse:
     """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal, and
     while at least one translation worker is healthy (not being restarted)."""
-    try:
-        if state.shutdown_started is not None:
-            raise PipelineError("shutting_down", "The service is shutting down.", retry_after=5)
-        require_ready(state)
-        assert state.scheduler is not None  # ready implies a scheduler
-        if not state.scheduler.healthy_workers:
-            raise PipelineError("no_healthy_worker",
-                                "No translation worker is healthy; one is being restarted.",
-                                retry_after=1)
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    if state.shutdown_started is not None:
+        raise PipelineError("shutting_down", "The service is shutting down.", retry_after=5)
+    require_ready(state)
+    assert state.scheduler is not None  # ready implies a scheduler
+    if not state.scheduler.healthy_workers:
+        raise PipelineError("no_healthy_worker",
+                            "No translation worker is healthy; one is being restarted.",
+                            retry_after=1)
     return StatusResponse(status="ready")
 
 
@@ -177,11 +180,8 @@ async def translate(
     translated in the shared running batch, and rejoined with the original whitespace.
     ``source_lang: "auto"`` detects the source among the languages translated into the target.
     """
-    try:
-        answer = await pipeline.translate(state, request, _parse,
-                                          key=credentials.credentials if credentials else "")
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    answer = await pipeline.translate(state, request, _parse,
+                                      key=credentials.credentials if credentials else "")
     return TranslateResponse(
         translations=[
             TranslationResult(
@@ -231,11 +231,8 @@ async def translate_document(
                                 state.settings, source="source_lang", target="target_lang",
                                 glossary="glossary_id")
 
-    try:
-        job, _ = await pipeline.start_document(
-            state, request, parse, credentials.credentials if credentials else "")
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    job = await pipeline.start_document(state, request, parse,
+                                        credentials.credentials if credentials else "")
     return DocumentAccepted(document_id=job.document_id, document_key=job.document_key,
                             status=job.status)
 
@@ -255,10 +252,7 @@ async def _document(request: Request, state: State, document_id: str, document_k
 async def document_status(request: Request, state: State, document_id: str,
                           document_key: str = "") -> DocumentStatus:
     """A document's translation status."""
-    try:
-        job = await _document(request, state, document_id, document_key)
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    job = await _document(request, state, document_id, document_key)
     return DocumentStatus(document_id=job.document_id, status=job.status,
                           characters=job.characters, error=job.error)
 
@@ -267,16 +261,13 @@ async def document_status(request: Request, state: State, document_id: str,
 async def document_result(request: Request, state: State, document_id: str,
                           document_key: str = "") -> Response:
     """The translated document, once: it is deleted with its download."""
-    try:
-        job = await _document(request, state, document_id, document_key)
-        if job.status != DONE:
-            raise PipelineError("document_not_ready", f"The document is {job.status}, not "
-                                "done.", "document_id", retry_after=1)
-        data = await state.documents.take(job)
-        if data is None:
-            raise PipelineError("document_not_found", "Document not found.", "document_id")
-    except PipelineError as exc:
-        raise native_error(exc) from None
+    job = await _document(request, state, document_id, document_key)
+    if job.status != DONE:
+        raise PipelineError("document_not_ready", f"The document is {job.status}, not done.",
+                            "document_id", retry_after=1)
+    data = await state.documents.take(job)
+    if data is None:
+        raise PipelineError("document_not_found", "Document not found.", "document_id")
     return download(job, data)
 
 

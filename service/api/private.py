@@ -5,13 +5,11 @@ not tell an unauthenticated client either."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from fastapi import Request
 
 from service.api.fields import key_of
 from service.api.native import native_error
-from service.errors import shaped_response
+from service.errors import ErrorShapes
 from service.metrics import ASGIApp, Receive, Scope, Send
 from service.pipeline import PipelineError, check_key
 from service.state import ServiceState
@@ -22,9 +20,10 @@ PRIVATE_PATHS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc
 
 class PrivateRoutesMiddleware:
     """Refusals in the error shape of the API a path belongs to (``shapes``, as
-    ``service.errors.install_error_handlers`` takes them)."""
+    ``service.errors.install_error_handlers`` takes them); the status is the service's own
+    (401) whatever the API."""
 
-    def __init__(self, app: ASGIApp, state: ServiceState, shapes: Mapping[str, str]) -> None:
+    def __init__(self, app: ASGIApp, state: ServiceState, shapes: ErrorShapes) -> None:
         self.app = app
         self.state = state
         self.shapes = shapes
@@ -39,7 +38,7 @@ class PrivateRoutesMiddleware:
         try:
             check_key(self.state, request, key_of(request))
         except PipelineError as exc:
-            response = shaped_response(scope["path"], native_error(exc), self.shapes)
+            response = self.shapes.of(scope).response(native_error(exc))
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

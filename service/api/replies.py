@@ -1,14 +1,13 @@
 """How an API answers the pipeline's errors: a table from ``PipelineError.code`` to a
 ``Reply`` (status, wording, and for the service's own API its error code), so that each API
-module holds its mapping as data, not as code paths."""
+module holds its mapping as data, not as code paths; ``service.errors`` answers with it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastapi.responses import JSONResponse
-
+from service.errors import ApiError, ErrorShape
 from service.pipeline import PipelineError
 
 # Codes of malformed requests, for the tables: every API answers them with its 400.
@@ -58,9 +57,15 @@ def wording(reply: Reply, error: PipelineError) -> str:
                                 field=error.field or "")
 
 
-def message_response(table: Mapping[str, Reply], error: PipelineError, key: str,
-                     ) -> JSONResponse:
+def table_error(table: Mapping[str, Reply], error: PipelineError) -> ApiError:
+    """``error`` with the status, code and wording ``table`` gives it."""
+    reply = reply_for(table, error)
+    return ApiError(reply.status, reply.code or error.code, wording(reply, error), error.field,
+                    headers_for(error))
+
+
+def message_shape(table: Mapping[str, Reply], key: str) -> ErrorShape:
     """``{key: message}`` with the table's status: the error shape of LibreTranslate
     (``error``) and DeepL (``message``)."""
-    reply = reply_for(table, error)
-    return JSONResponse({key: wording(reply, error)}, reply.status, headers=headers_for(error))
+    return ErrorShape(lambda error: table_error(table, error),
+                      lambda error: {key: error.message})

@@ -27,7 +27,14 @@ from typing import TypeVar
 from fastapi import Request
 
 from service.documents import DocumentJob
-from service.glossary import GlossaryError, GlossaryStore, SharedGlossaryStore, Terms, valid_id
+from service.glossary import (
+    GlossaryError,
+    GlossaryStore,
+    SharedGlossaryStore,
+    check_entries,
+    compiled,
+    valid_id,
+)
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
@@ -458,9 +465,11 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
         if len(entries) > limit:
             raise PipelineError("too_many_glossary_entries", f"{len(entries)} glossary "
                                 f"entries; at most {limit} (MAX_GLOSSARY_ENTRIES).", field)
-        if any(not source.strip() or not target.strip() for source, target in entries.items()):
-            raise PipelineError("invalid_field", "A glossary entry has an empty term.", field)
-    return dataclasses.replace(request.options, glossary=Terms(entries))
+        try:  # as a stored glossary's entries are checked; off the loop, as they may be many
+            await asyncio.to_thread(check_entries, entries, limit)
+        except GlossaryError as exc:
+            raise PipelineError("invalid_field", f"Invalid glossary: {exc}", field) from None
+    return dataclasses.replace(request.options, glossary=await compiled(entries))
 
 
 async def start_document(state: ServiceState, http: Request,

@@ -61,9 +61,14 @@ class GuardedConfig(uvicorn.Config):
         header_timeout_s: float,
         max_connections: int,
         metrics: Metrics,
+        trusted_proxies: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
-        super().__init__(app, http=GuardedHttpProtocol, **kwargs)
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise (and from
+        # FORWARDED_ALLOW_IPS): any local process could then pose as any address and escape
+        # the limits counted per address. Only TRUSTED_PROXIES are believed.
+        super().__init__(app, http=GuardedHttpProtocol, proxy_headers=bool(trusted_proxies),
+                         forwarded_allow_ips=list(trusted_proxies), **kwargs)
         self.header_timeout_s = header_timeout_s
         self.max_connections = max_connections
         self.metrics = metrics

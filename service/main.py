@@ -231,6 +231,7 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         header_timeout_s=settings.header_timeout_s,
         max_connections=fit_open_file_limit(settings.max_connections),
         metrics=app.state.service.metrics,
+        trusted_proxies=settings.trusted_proxies,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
     return Server(config, app.state.service)

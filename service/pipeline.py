@@ -13,7 +13,6 @@ the words differ.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -175,17 +174,18 @@ def shed_when_full(state: ServiceState) -> None:
 def check_key(state: ServiceState, http: Request, key: str) -> None:
     """``key`` against the known keys (``service.keys``), when the service asks for keys. An
     address that sent FAILED_KEYS_PER_MINUTE wrong or missing keys is refused without its key
-    being compared, until its allowance refills: a guesser learns nothing faster than that."""
+    being compared, until its allowance refills, unless the key was right from there
+    (``service.ratelimit.FailedKeys``): a guesser learns nothing faster than that."""
     if not state.keys.required:
         return
     address = http.client.host if http.client else ""
-    if wait := state.failed_keys.wait(address):
+    if wait := state.failed_keys.wait(address, key):
         raise PipelineError("too_many_failed_keys", "Too many requests with a wrong or missing "
                             "API key from this address; retry later.", retry_after=wait)
     if key and state.keys.find(key) is not None:
+        state.failed_keys.succeeded(address, key)
         return
-    with contextlib.suppress(RateLimited):  # this failure is answered as what it is
-        state.failed_keys.take(address, 0)
+    state.failed_keys.failed(address)
     if not key:
         raise PipelineError("missing_key", "Missing API key.")
     raise PipelineError("invalid_key", "Invalid API key.")

@@ -8,6 +8,7 @@ environment is the only source, which keeps what runs equal to what ``env`` show
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from argparse import Action, ArgumentParser
@@ -100,8 +101,8 @@ class Settings(BaseSettings):
     )
     failed_keys_per_minute: int = Field(
         20, ge=0, description="Wrong or missing API keys one client address may send a minute; "
-        "past it that address gets 429 with Retry-After, without its key being compared. "
-        "0 = no limit."
+        "past it that address gets 429 with Retry-After, without its key being compared, "
+        "unless the key was right from that address in the last 10 minutes. 0 = no limit."
     )
     open_docs: bool = Field(
         False, description="Serve /metrics and the API docs (/docs, /redoc, /openapi.json, "
@@ -170,6 +171,14 @@ class Settings(BaseSettings):
         4096, ge=1, description="Most open client connections. At the cap a new connection "
         "closes the longest-idle one that has no request running, else gets 503. Lowered to fit "
         "the open-file limit (RLIMIT_NOFILE)."
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated addresses or networks (10.0.0.0/8) "
+        "of the reverse proxies in front of the service: only a connection from one of them "
+        "is believed about the client's address (X-Forwarded-For, X-Forwarded-Proto), which "
+        "the limits per address (FAILED_KEYS_PER_MINUTE, and the rate limits without keys) "
+        "count. Empty: none is believed, and every client is the address it connects from; "
+        "'*' believes any, for a service reachable only through its proxy."
     )
 
     protect_untranslatables: bool = Field(
@@ -281,8 +290,16 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 inside a container.")
     port: int = Field(8000, ge=0, le=65535, description="Bind port.")
 
-    _split_lists = field_validator("api_keys", "cors_origins", "models",
+    _split_lists = field_validator("api_keys", "cors_origins", "models", "trusted_proxies",
                                    mode="before")(_comma_list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: list[str]) -> list[str]:
+        for proxy in value:
+            if proxy != "*":
+                ipaddress.ip_network(proxy, strict=False)  # a ValueError names the bad one
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -172,6 +172,13 @@ class Settings(BaseSettings):
         "closes the longest-idle one that has no request running, else gets 503. Lowered to fit "
         "the open-file limit (RLIMIT_NOFILE)."
     )
+    listen_backlog: int = Field(
+        4096, ge=1, description="Connections the kernel holds completed for the server to "
+        "accept (listen()'s backlog), capped by net.core.somaxconn (4096 since Linux 5.4). "
+        "A flood that outruns the event loop is answered 503 with Retry-After as soon as it "
+        "is accepted (MAX_LOOP_LAG_S); past a full queue the kernel drops new connections "
+        "unanswered, which clients see as a timeout or a reset."
+    )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated addresses or networks (10.0.0.0/8) "
         "of the reverse proxies in front of the service: only a connection from one of them "

@@ -139,7 +139,10 @@ def _apart(item: str, marker: regex.Match) -> str:
     two addresses read as one, and a number runs into the one before ("3;5"). None of them
     stood glued in the source (a number inside a word is no item). Placeholders keep their
     place as written ("Datei{0}")."""
-    first, last = _ADDRESS_FIRST.match(item), _ADDRESS_LAST.search(item)
+    # A run's first and last words only: searching all of a run of thousands of URLs for
+    # its last address took 0.17 s.
+    first = _ADDRESS_FIRST.match(item.split(None, 1)[0])
+    last = _ADDRESS_LAST.search(item.rsplit(None, 1)[-1])
     if not (first or last):
         return item
     text, start, end = marker.string, marker.start(), marker.end()

@@ -29,6 +29,7 @@ import termios
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -49,6 +50,9 @@ EVICT_IDLE_S = 1.0
 # at once (the rest are closed at once).
 LINGER_S = 2.0
 LINGER_MAX = RESERVED_FILES // 2
+# Answered while the event loop is behind: liveness, readiness and metrics must reach the
+# orchestrator and the monitoring during a flood, or it would restart a server that works.
+PROBE_PATHS = frozenset({b"/health", b"/ready", b"/metrics", b"/libretranslate/health"})
 
 
 class GuardedConfig(uvicorn.Config):
@@ -61,12 +65,21 @@ class GuardedConfig(uvicorn.Config):
         header_timeout_s: float,
         max_connections: int,
         metrics: Metrics,
+        trusted_proxies: Sequence[str] = (),
+        loop_lag: Callable[[], float] = lambda: 0.0,
+        max_loop_lag_s: float = float("inf"),
         **kwargs: Any,
     ) -> None:
-        super().__init__(app, http=GuardedHttpProtocol, **kwargs)
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise (and from
+        # FORWARDED_ALLOW_IPS): any local process could then pose as any address and escape
+        # the limits counted per address. Only TRUSTED_PROXIES are believed.
+        super().__init__(app, http=GuardedHttpProtocol, proxy_headers=bool(trusted_proxies),
+                         forwarded_allow_ips=list(trusted_proxies), **kwargs)
         self.header_timeout_s = header_timeout_s
         self.max_connections = max_connections
         self.metrics = metrics
+        self.loop_lag = loop_lag
+        self.max_loop_lag_s = max_loop_lag_s
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -121,9 +134,24 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self.expecting_request = False
         self._disarm_header_deadline()
-        super().on_headers_complete()
+        lag = self.config.loop_lag()
+        if lag > self.config.max_loop_lag_s and not self._is_probe():
+            # Behind: the request is answered here, by a handler that reads nothing and runs
+            # no middleware, route or check, so that shedding a flood costs a fraction of
+            # serving it and the probes below still get through.
+            self.metrics.shed.inc()
+            app, self.app = self.app, _overloaded(lag)
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+        else:
+            super().on_headers_complete()
         if self.closing and self.cycle is not None:
             self.cycle.keep_alive = False
+
+    def _is_probe(self) -> bool:
+        return httptools.parse_url(self.url).path in PROBE_PATHS
 
     def shutdown(self) -> None:
         """uvicorn closes a connection without a running request at once. One that is new or
@@ -222,6 +250,23 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.loop.call_later(LINGER_S, self.transport.close)
         else:
             self.transport.close()
+
+
+def _overloaded(lag: float) -> Callable[[Scope, Receive, Send], Any]:
+    """An ASGI app answering 503 ``overloaded`` with Retry-After, and closing the connection:
+    a client flooding the server with connections is given nothing to keep alive."""
+    body = json.dumps(error_body("overloaded", f"The server is overloaded ({lag:.1f} s "
+                                 "behind, MAX_LOOP_LAG_S); retry later."),
+                      separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode()),
+               (b"retry-after", str(max(1, round(lag))).encode()), (b"connection", b"close")]
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return answer
 
 
 class CloseWhenStoppingMiddleware:

@@ -19,17 +19,24 @@ source term has capitals beyond its first letter matches that case only, so "US"
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import concurrent.futures
 import csv
+import hashlib
 import io
 import json
 import sqlite3
 import threading
+import unicodedata
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import ahocorasick
 import redis.asyncio
 import regex
 
@@ -37,6 +44,7 @@ from service.shared_state import PREFIX, StateStore, digest, stored_owner
 
 FORMATS = ("tsv", "csv")
 SCHEMA_VERSION = 2  # the glossaries table's layout (PRAGMA user_version)
+MAX_TERM_CHARS = 1024  # the longest source or target term, stored or given inline
 
 
 class GlossaryError(ValueError):
@@ -74,7 +82,7 @@ class Glossary:
 
 
 def parse_entries(text: str, entries_format: str = "tsv", max_entries: int = 0,
-                  max_term_chars: int = 1024) -> dict[str, str]:
+                  max_term_chars: int = MAX_TERM_CHARS) -> dict[str, str]:
     """{source: target} of TSV (a tab between the terms) or CSV (a comma; quoted fields as
     the csv module reads them; further columns, DeepL's optional language codes, ignored)."""
     if entries_format not in FORMATS:
@@ -88,22 +96,40 @@ def parse_entries(text: str, entries_format: str = "tsv", max_entries: int = 0,
         if len(row) < 2 or (entries_format == "tsv" and len(row) != 2):
             raise GlossaryError(f"Entry {number} is not a source and a target term.")
         source, target = row[0], row[1]
-        for term in (source, target):
-            if not term or term != term.strip() or any(c in term for c in "\t\r\n"):
-                raise GlossaryError(f"Entry {number} has an empty term, or one with a tab, a "
-                                    "line break or surrounding spaces.")
-            if len(term) > max_term_chars:
-                raise GlossaryError(f"Entry {number} has a term over {max_term_chars} "
-                                    "characters.")
+        _check_entry(number, source, target, max_term_chars)
         if source in entries:
             raise GlossaryError(f"Entry {number} repeats the source term '{source}'.")
         entries[source] = target
     if not entries:
         raise GlossaryError("The glossary has no entries.")
+    _check_size(entries, max_entries)
+    return entries
+
+
+def check_entries(entries: Mapping[str, str], max_entries: int,
+                  max_term_chars: int = MAX_TERM_CHARS) -> None:
+    """Entries given as a mapping (a request's own glossary) checked as ``parse_entries``
+    checks a stored glossary's: as many entries, terms as long and of the same form (none at
+    all is no glossary, not an error)."""
+    _check_size(entries, max_entries)
+    for number, (source, target) in enumerate(entries.items(), start=1):
+        _check_entry(number, source, target, max_term_chars)
+
+
+def _check_entry(number: int, source: str, target: str, max_term_chars: int) -> None:
+    for term in (source, target):
+        if not term or term != term.strip() or any(c in term for c in "\t\r\n"):
+            raise GlossaryError(f"Entry {number} has an empty term, or one with a tab, a "
+                                "line break or surrounding spaces.")
+        if len(term) > max_term_chars:
+            raise GlossaryError(f"Entry {number} has a term over {max_term_chars} "
+                                "characters.")
+
+
+def _check_size(entries: Mapping[str, str], max_entries: int) -> None:
     if max_entries and len(entries) > max_entries:
         raise GlossaryError(f"{len(entries)} entries; at most {max_entries} "
                             "(MAX_GLOSSARY_ENTRIES).")
-    return entries
 
 
 class GlossaryStore:
@@ -310,7 +336,10 @@ def valid_id(glossary_id: str) -> bool:
 
 
 class Terms:
-    """A glossary's entries compiled for matching (``find``). Built once per request.
+    """A glossary's entries compiled for matching (``find``): one Aho-Corasick automaton
+    (pyahocorasick) per layer, so that a text is scanned once whatever the glossary's size.
+    Compiling 100,000 entries takes a fraction of a second and is done off the event loop
+    and once per content (``compiled``); a sentence is then matched in microseconds.
 
     ``names``: the entries are place names (a bundle's, ``service.bundle.Bundle.terms``): they
     match as written only, and not inside a longer name ("Vienna Philharmonic", "Milan
@@ -320,14 +349,10 @@ class Terms:
 
     def __init__(self, entries: Mapping[str, str], *, names: bool = False) -> None:
         exact = {s: t for s, t in entries.items() if names or _case_matters(s)}
-        folded = {s.casefold(): t for s, t in entries.items() if not (names or _case_matters(s))}
-        before, after = _NAME_GUARDS if names else ("", "")
-        self._layers = [(regex.compile(before + _alternation(terms) + after, flags), lookup)
-                        for terms, flags, lookup in (
-                            (exact, regex.V1, exact.get),
-                            (folded, regex.V1 | regex.IGNORECASE,
-                             lambda term: folded.get(term.casefold())))
-                        if terms]
+        folded = {_fold(s): t for s, t in entries.items() if not (names or _case_matters(s))}
+        guards = _NAME_GUARD_PATTERNS if names else None
+        self._layers = [_Layer(terms, fold, guards)
+                        for terms, fold in ((exact, False), (folded, True)) if terms]
 
     def over(self, base: Terms) -> Terms:
         """These terms, then ``base``'s where none of these matches (a request's glossary
@@ -341,17 +366,164 @@ class Terms:
         the longest entry wins where two could match at one place, an earlier layer's where
         two layers' could."""
         found: list[tuple[int, int, str]] = []
-        taken: list[tuple[int, int]] = []
-        for pattern, lookup in self._layers:
-            for match in pattern.finditer(text):
-                start, end = match.span()
-                if any(start < b and a < end for a, b in taken):
-                    continue
-                target = lookup(match.group())
-                if target is not None:
-                    found.append((start, end, target))
-                    taken.append((start, end))
+        taken: list[tuple[int, int]] = []  # sorted, none overlapping
+        folded: str | None = None
+        for layer in self._layers:
+            if layer.fold and folded is None:
+                folded = _fold(text)
+            for start, end, target in layer.candidates(text, folded if layer.fold else text):
+                at = bisect.bisect_left(taken, (start, start))
+                if (at and taken[at - 1][1] > start) or (at < len(taken)
+                                                         and taken[at][0] < end):
+                    continue  # overlaps a longer or an earlier layer's match
+                taken.insert(at, (start, end))
+                found.append((start, end, target))
         return sorted(found)
+
+
+class _Layer:
+    """Automata whose keys are the source terms (case-folded when ``fold``), their values
+    (length, target term). A match counts only as a whole word, and for place names only
+    where ``guards`` (before, after) allow it.
+
+    The terms are split among automata of ``_AUTOMATON_TERMS`` each: pyahocorasick builds
+    an automaton holding the GIL, which for 100,000 terms at once stalls the event loop for
+    seconds; a few thousand take a few milliseconds, and a text is scanned once per
+    automaton, still in time linear in its length."""
+
+    def __init__(self, terms: Mapping[str, str], fold: bool,
+                 guards: tuple[regex.Pattern, regex.Pattern] | None) -> None:
+        self.fold, self.guards = fold, guards
+        self.automata: list[ahocorasick.Automaton] = []
+        for number, (term, target) in enumerate(terms.items()):
+            if number % _AUTOMATON_TERMS == 0:
+                self._finish_last()
+                self.automata.append(ahocorasick.Automaton())
+            self.automata[-1].add_word(term, (len(term), target))
+        self._finish_last()
+
+    def _finish_last(self) -> None:
+        if self.automata:
+            self.automata[-1].make_automaton()
+
+    def candidates(self, text: str, haystack: str) -> list[tuple[int, int, str]]:
+        """Every whole-word match in ``haystack`` (``text`` as the keys are written), by
+        start and the longest first."""
+        matches = []
+        for automaton in self.automata:
+            for last, (length, target) in automaton.iter(haystack):
+                start, end = last + 1 - length, last + 1
+                if (start and _is_word(text[start - 1])) or (end < len(text)
+                                                              and _is_word(text[end])):
+                    continue
+                if self.guards and not (self.guards[0].match(text, start)
+                                        and self.guards[1].match(text, end)):
+                    continue
+                matches.append((start, -end, target))
+        matches.sort()
+        return [(start, -negative_end, target) for start, negative_end, target in matches]
+
+
+def _is_word(character: str) -> bool:
+    """What a regular expression's \\w matches: a letter, digit, mark or underscore."""
+    return character.isalnum() or character == "_" or unicodedata.category(character)[0] == "M"
+
+
+def _fold(text: str) -> str:
+    """``text`` case-folded character by character, keeping its length, so that a match's
+    offsets in the folded text are its offsets in ``text`` ("İ" and "ß", which fold to two
+    characters, are lower-cased, or kept)."""
+    folded = text.casefold()
+    if len(folded) == len(text):
+        return folded
+    return "".join(_fold_character(c) for c in text)
+
+
+def _fold_character(character: str) -> str:
+    for candidate in (character.casefold(), character.lower()):
+        if len(candidate) == 1:
+            return candidate
+    return character
+
+
+# Glossaries up to this many entries compile on the event loop (well under a millisecond);
+# larger ones in a thread, so that /health and every other request go on meanwhile.
+_INLINE_ENTRIES = 256
+# Terms per automaton (``_Layer``): building one of 4,096 holds the GIL for about 20 ms.
+_AUTOMATON_TERMS = 4096
+# Compiled glossaries kept, the least recently used dropped: 100,000 entries take about
+# 30 MB compiled, so a handful of the largest allowed fits beside the models.
+_CACHED_TERMS = 8
+
+
+class _CompiledTerms:
+    """Terms by the content of their entries, each compiled once: requests that bring the
+    same glossary (stored or inline) while it compiles wait for that one compilation."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._done: OrderedDict[bytes, Terms] = OrderedDict()
+        self._running: dict[bytes, concurrent.futures.Future[Terms]] = {}
+        self._lock = threading.Lock()
+
+    async def get(self, entries: Mapping[str, str]) -> Terms:
+        if len(entries) <= _INLINE_ENTRIES:
+            return self._compile(_content_key(entries), entries)
+        key = await asyncio.to_thread(_content_key, entries)
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                return self._done[key]
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = concurrent.futures.Future()
+                # Running: a waiter that gives up (its client left) cannot cancel it for
+                # the others.
+                running.set_running_or_notify_cancel()
+                # The loop's default pool: as many compile at once as it has threads.
+                asyncio.get_running_loop().run_in_executor(None, self._finish, key, entries,
+                                                           running)
+        return await asyncio.wrap_future(running)
+
+    def _finish(self, key: bytes, entries: Mapping[str, str],
+                running: concurrent.futures.Future[Terms]) -> None:
+        try:
+            running.set_result(self._compile(key, entries))
+        except Exception as exc:  # handed to every waiter
+            running.set_exception(exc)
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+
+    def _compile(self, key: bytes, entries: Mapping[str, str]) -> Terms:
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                return self._done[key]
+        terms = Terms(entries)
+        with self._lock:
+            self._done[key] = terms
+            while len(self._done) > self.size:
+                self._done.popitem(last=False)
+        return terms
+
+
+def _content_key(entries: Mapping[str, str]) -> bytes:
+    """A digest of the entries as given: the same glossary, the same key. Entry by entry in
+    Python, which hands the GIL on every few milliseconds (json.dumps of 100,000 entries
+    would hold it for a quarter of a second)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for source, target in entries.items():
+        digest.update(f"{source}\t{target}\n".encode())
+    return digest.digest()
+
+
+_compiled_terms = _CompiledTerms(_CACHED_TERMS)
+
+
+async def compiled(entries: Mapping[str, str]) -> Terms:
+    """``Terms(entries)``, compiled off the event loop when large, and once per content."""
+    return await _compiled_terms.get(entries)
 
 
 # Before and after a place name: no capitalised word but the sentence's first, no "'s". A
@@ -359,22 +531,17 @@ class Terms:
 # never a sentence's ordinary first word, so it counts wherever it stands.
 _QUALIFIERS = ("North", "South", "East", "West", "Northern", "Southern", "Eastern", "Western",
                "Central", "New", "Upper", "Lower", "Greater", "Outer", "Inner")
-_NAME_GUARDS = (r"(?<![\p{L}\d,;:]\s+\p{Lu}[\p{L}-]*\s+)"
-                r"(?<!\b(?:" + "|".join(_QUALIFIERS) + r")[\s-]+)",
-                r"(?!\s+\p{Lu})(?!['’]s(?!\w))")
+_NAME_GUARD_PATTERNS = (
+    regex.compile(r"(?<![\p{L}\d,;:]\s+\p{Lu}[\p{L}-]*\s+)"
+                  r"(?<!\b(?:" + "|".join(_QUALIFIERS) + r")[\s-]+)", regex.V1),
+    regex.compile(r"(?!\s+\p{Lu})(?!['’]s(?!\w))", regex.V1))
 
 
 def _case_matters(term: str) -> bool:
     """Whether a source term matches only as written: capitals past its first letter
     ("US", "iPhone"), where "us" or "IPHONE" would be another word."""
-    return any(c.isupper() for c in term[1:])
-
-
-def _alternation(terms: Mapping[str, str]) -> str:
-    """Whole words: not preceded or followed by a letter, digit or underscore. Longest first,
-    so that "New York City" wins over "New York"."""
-    ordered = sorted(terms, key=len, reverse=True)
-    return r"(?<![\w])(?:" + "|".join(regex.escape(term) for term in ordered) + r")(?![\w])"
+    rest = term[1:]
+    return not rest.islower() and any(c.isupper() for c in rest)
 
 
 def has_word(text: str, term: str) -> bool:

@@ -228,6 +228,10 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         header_timeout_s=settings.header_timeout_s,
         max_connections=fit_open_file_limit(settings.max_connections),
         metrics=app.state.service.metrics,
+        trusted_proxies=settings.trusted_proxies,
+        loop_lag=lambda: app.state.service.loop_lag.seconds,
+        max_loop_lag_s=settings.max_loop_lag_s,
+        backlog=settings.listen_backlog,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
     return Server(config, app.state.service)

@@ -15,7 +15,6 @@ the same situation gets the same decision in every API, and only the words diffe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -29,7 +28,14 @@ from typing import Generic, TypeVar
 from fastapi import Request
 
 from service.documents import DocumentJob
-from service.glossary import GlossaryError, GlossaryStore, SharedGlossaryStore, Terms, valid_id
+from service.glossary import (
+    GlossaryError,
+    GlossaryStore,
+    SharedGlossaryStore,
+    check_entries,
+    compiled,
+    valid_id,
+)
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
@@ -176,17 +182,18 @@ def shed_when_full(state: ServiceState) -> None:
 def check_key(state: ServiceState, http: Request, key: str) -> None:
     """``key`` against the known keys (``service.keys``), when the service asks for keys. An
     address that sent FAILED_KEYS_PER_MINUTE wrong or missing keys is refused without its key
-    being compared, until its allowance refills: a guesser learns nothing faster than that."""
+    being compared, until its allowance refills, unless the key was right from there
+    (``service.ratelimit.FailedKeys``): a guesser learns nothing faster than that."""
     if not state.keys.required:
         return
     address = http.client.host if http.client else ""
-    if wait := state.failed_keys.wait(address):
+    if wait := state.failed_keys.wait(address, key):
         raise PipelineError("too_many_failed_keys", "Too many requests with a wrong or missing "
                             "API key from this address; retry later.", retry_after=wait)
     if key and state.keys.find(key) is not None:
+        state.failed_keys.succeeded(address, key)
         return
-    with contextlib.suppress(RateLimited):  # this failure is answered as what it is
-        state.failed_keys.take(address, 0)
+    state.failed_keys.failed(address)
     if not key:
         raise PipelineError("missing_key", "Missing API key.")
     raise PipelineError("invalid_key", "Invalid API key.")
@@ -498,9 +505,11 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
         if len(entries) > limit:
             raise PipelineError("too_many_glossary_entries", f"{len(entries)} glossary "
                                 f"entries; at most {limit} (MAX_GLOSSARY_ENTRIES).", field)
-        if any(not source.strip() or not target.strip() for source, target in entries.items()):
-            raise PipelineError("invalid_field", "A glossary entry has an empty term.", field)
-    return dataclasses.replace(request.options, glossary=Terms(entries))
+        try:  # as a stored glossary's entries are checked; off the loop, as they may be many
+            await asyncio.to_thread(check_entries, entries, limit)
+        except GlossaryError as exc:
+            raise PipelineError("invalid_field", f"Invalid glossary: {exc}", field) from None
+    return dataclasses.replace(request.options, glossary=await compiled(entries))
 
 
 async def start_document(state: ServiceState, http: Request,

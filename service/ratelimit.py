@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.shared_state import PREFIX, StateStore, StoreDown
+from service.shared_state import PREFIX, StateStore, StoreDown, digest
 
 # Buckets of clients idle for a minute are full again and carry no state: past this many
 # clients, those are dropped so that a stream of new addresses cannot grow the table forever.
@@ -132,6 +132,54 @@ class RateLimiter:
             client: buckets for client, buckets in self._clients.items() if now - buckets.at < 60
         }
 
+
+
+# How long a key that was right from an address keeps passing while that address is
+# throttled, and how many such keys one address keeps (a shared proxy's clients).
+KNOWN_KEY_S = 600.0
+KNOWN_KEYS_PER_ADDRESS = 32
+
+
+class FailedKeys:
+    """Wrong or missing API keys counted per client address: past ``per_minute`` the address
+    gets 429 (``wait``) for every key but those that were right from it within KNOWN_KEY_S,
+    which go on being served. So a guesser behind a shared proxy or NAT slows down its own
+    guesses, and does not lock out the clients beside it whose keys were working; a key that
+    was never right from there is not compared while the address is throttled, so the
+    guesser learns nothing from its 429s."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._failures = RateLimiter(per_minute, 0, clock)
+        self._clock = clock
+        self._known: dict[str, dict[str, float]] = {}  # address -> {key's digest: last right}
+
+    def wait(self, address: str, key: str) -> int:
+        """Seconds until ``address`` may have ``key`` compared (0: now)."""
+        wait = self._failures.wait(address)
+        if not wait:
+            return 0
+        known = self._known.get(address, {})
+        right_at = known.get(digest(key)) if key else None
+        return 0 if right_at is not None and self._clock() - right_at < KNOWN_KEY_S else wait
+
+    def failed(self, address: str) -> None:
+        """Count a wrong or missing key from ``address``."""
+        with contextlib.suppress(RateLimited):  # the caller answers what the failure was
+            self._failures.take(address, 0)
+
+    def succeeded(self, address: str, key: str) -> None:
+        """Remember that ``key`` was right from ``address``."""
+        if not self._failures.enabled:
+            return
+        now = self._clock()
+        if address not in self._known and len(self._known) >= _PRUNE_ABOVE:
+            self._known = {a: keys for a, keys in self._known.items()
+                           if now - max(keys.values()) < KNOWN_KEY_S}
+        known = self._known.setdefault(address, {})
+        known.pop(key_digest := digest(key), None)
+        known[key_digest] = now  # the most recent last: the oldest goes first
+        if len(known) > KNOWN_KEYS_PER_ADDRESS:
+            del known[next(iter(known))]
 
 def check_size(chars: int, caps: Caps) -> None:
     """A request larger than a minute's characters is never allowed: OverCharLimit."""

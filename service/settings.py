@@ -8,6 +8,7 @@ environment is the only source, which keeps what runs equal to what ``env`` show
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import sys
@@ -141,7 +142,8 @@ class Settings(BaseSettings):
         description="Wrong or missing API keys one client address may send a minute, as a "
         "bucket that refills continuously; 0 = no limit. Past it that address gets 429 with "
         "`Retry-After` and its keys are not compared until the bucket refills, so a guesser "
-        "cannot tell a hit from a miss.",
+        "cannot tell a hit from a miss; a key that was right from that address in the last 10 "
+        "minutes keeps passing.",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -185,8 +187,10 @@ class Settings(BaseSettings):
     )
     max_glossary_entries: int = Field(
         100_000, ge=1,
-        description="Most entries in one glossary dictionary (else 413): matching a text "
-        "against a glossary costs one regular expression of its terms.",
+        description="Most entries in one glossary dictionary, stored or given inline (else "
+        "413; a term over 1,024 characters is a 422). A glossary's terms are compiled into "
+        "Aho-Corasick automata once per content, off the event loop, and a text is matched in "
+        "time linear in its length (`bench/glossary_size.py`).",
     )
     max_glossaries: int = Field(
         1000, ge=1,
@@ -229,10 +233,13 @@ class Settings(BaseSettings):
     max_loop_lag_s: float = Field(
         0.5, gt=0,
         description="While the event loop runs this many seconds behind (smoothed over its last "
-        "few 50 ms samples), new requests get 503 `overloaded` with `Retry-After` before any "
-        "work: requests arriving faster than the loop can read them would otherwise wait "
-        "unanswered until their clients give up, while the scheduler's queue, which refuses "
-        "with 429, stays empty.",
+        "few 50 ms samples), new requests get 503 `overloaded` with `Retry-After` (and "
+        "`Connection: close`) as soon as their headers are read, before their key, body or "
+        "route costs anything: requests arriving faster than the loop can read them would "
+        "otherwise wait unanswered until their clients give up, or overflow the listen queue "
+        "(`LISTEN_BACKLOG`), while the scheduler's queue, which refuses with 429, stays empty. "
+        "`/health`, `/ready` and `/metrics` are answered all the same, so that probes do not "
+        "restart a server that works.",
     )
     request_timeout_s: float = Field(
         30.0, gt=0,
@@ -272,6 +279,25 @@ class Settings(BaseSettings):
         "longest-idle one that has no request running, else gets 503. Lowered to fit the "
         "open-file limit (`RLIMIT_NOFILE`, whose soft limit is raised as far as the hard one "
         "allows).",
+    )
+    listen_backlog: int = Field(
+        4096, ge=1,
+        description="Connections the kernel holds completed for the server to accept "
+        "(`listen()`'s backlog), capped by `net.core.somaxconn` (4096 since Linux 5.4; raise both "
+        "together). A flood "
+        "that outruns the event loop is answered 503 with `Retry-After` as soon as it is "
+        "accepted (`MAX_LOOP_LAG_S`); past a full queue the kernel drops new connections "
+        "unanswered, which clients see as a timeout or a reset.",
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated addresses or networks (`10.0.0.0/8`) of the reverse "
+        "proxies in front of the service: only a connection from one of them is believed about "
+        "the client's address (`X-Forwarded-For`, `X-Forwarded-Proto`), which the limits per "
+        "address (`FAILED_KEYS_PER_MINUTE`, and the rate limits without keys) count. Empty: "
+        "none is believed (uvicorn's own default believes loopback, so that any local process "
+        "could pose as any address); `*` believes any, "
+        "for a service reachable only through its proxy.",
     )
 
     # -- what a translation keeps -------------------------------------------------------------
@@ -366,8 +392,16 @@ class Settings(BaseSettings):
     )
     port: int = Field(8000, ge=0, le=65535, description="Bind port.")
 
-    _split_lists = field_validator("api_keys", "cors_origins", "models",
+    _split_lists = field_validator("api_keys", "cors_origins", "models", "trusted_proxies",
                                    mode="before")(_comma_list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: list[str]) -> list[str]:
+        for proxy in value:
+            if proxy != "*":
+                ipaddress.ip_network(proxy, strict=False)  # a ValueError names the bad one
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

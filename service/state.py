@@ -20,7 +20,7 @@ from service.glossary import GlossaryStore, SharedGlossaryStore
 from service.keys import Keys, key_book
 from service.metrics import Metrics
 from service.overload import LoopLag
-from service.ratelimit import Limits, RateLimiter, Usage
+from service.ratelimit import FailedKeys, Limits, RateLimiter, Usage
 from service.scheduler import Scheduler
 from service.settings import Settings
 from service.shared_state import StateStore
@@ -41,7 +41,7 @@ class ServiceState:
     store: StateStore | None = field(init=False)  # STATE_URL's, shared by the replicas
     keys: Keys = field(init=False)
     limiter: Limits = field(init=False)
-    failed_keys: RateLimiter = field(init=False)  # per client address, in the process
+    failed_keys: FailedKeys = field(init=False)  # per client address, in the process
     usage: Usage = field(init=False)
     loop_lag: LoopLag = field(default_factory=LoopLag)
     _glossaries: GlossaryStore | SharedGlossaryStore | None = field(default=None, init=False,
@@ -55,7 +55,7 @@ class ServiceState:
         self.keys = Keys(settings, None)
         self.limiter = Limits(RateLimiter(settings.requests_per_minute,
                                           settings.chars_per_minute), self.store)
-        self.failed_keys = RateLimiter(settings.failed_keys_per_minute, 0)
+        self.failed_keys = FailedKeys(settings.failed_keys_per_minute)
         self.usage = Usage(self.store)
         self.documents = DocumentJobs(settings.max_documents, settings.document_ttl_s,
                                       self.store, settings.document_lease_s)

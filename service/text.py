@@ -26,6 +26,7 @@ _CLOSERS = "\"'”’»)]}」』）›"
 _OPENERS = "\"'“‘«([{¿¡„‚「『（‹"
 
 _WHITESPACE = re.compile(r"\s+")
+_WORDLIKE = re.compile(r"[^\W_]")  # a letter or a digit, of any script
 _LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 _END_AT_TAIL = re.compile(
     rf"([{re.escape(_TERMINALS + _CJK_TERMINALS)}]+)([{re.escape(_CLOSERS)}]*)$"
@@ -118,14 +119,16 @@ def split_sentences(text: str) -> Segmented:
 
 
 def _without_empty(segmented: Segmented) -> Segmented:
-    """Pieces that clean to nothing (control characters, zero-width spaces, a lone BOM) joined
-    to the layout around them: the model given an empty sentence invents a word."""
-    if all(piece.isascii() and piece.isprintable() for piece in segmented.pieces):
-        return segmented  # the common case: a piece of printable ASCII has a visible character
+    """Pieces with nothing to translate joined to the layout around them, as they came: those
+    that clean to nothing (control characters, zero-width spaces, a lone BOM), which the model
+    given an empty sentence fills with an invented word, and those with no letter or digit
+    ("...", "!!!", "???", "-", an emoji), which it rewrites ("!!!" -> "!!!!", "???" -> "?")."""
+    if all(_WORDLIKE.search(piece) for piece in segmented.pieces):
+        return segmented  # the common case: every piece has a letter or a digit
     pieces: list[str] = []
     separators = [segmented.separators[0]]
     for piece, after in zip(segmented.pieces, segmented.separators[1:], strict=True):
-        if clean_text(piece):
+        if _WORDLIKE.search(clean_text(piece)):
             pieces.append(piece)
             separators.append(after)
         else:

@@ -10,7 +10,9 @@ import asyncio
 import dataclasses
 import re
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,36 @@ def test_place_names_match_alone_as_written_and_a_glossary_comes_first() -> None
     # A request's glossary comes first; the place names fill in.
     assert found("Vienna and Milan", Terms({"vienna": "Vienna"}).over(names)) == [
         "Vienna", "Mailand"]
+
+
+
+def test_a_large_glossary_finds_the_longest_term_whatever_automaton_holds_it() -> None:
+    # Thousands of entries between the two: they land in different automata.
+    entries = {"New York": "New York", **{f"filler{n}": "x" for n in range(10_000)},
+               "New York City": "NYC", "table": "Tisch"}
+    terms = Terms(entries)
+    text = "Größe: the Table in New York City, STRASSE and New York."
+    assert [(text[start:end], target) for start, end, target in terms.find(text)] == [
+        ("Table", "Tisch"), ("New York City", "NYC"), ("New York", "New York")]
+    # A character that folds to two ("ß" -> "ss") leaves the offsets after it right.
+    folded = "Die STRAßE in Größe"
+    assert [folded[a:b] for a, b, _ in Terms({"straße": "Straße", "in": "in"}).find(
+        folded)] == ["STRAßE", "in"]
+
+
+def test_a_glossary_is_compiled_once_per_content_off_the_event_loop() -> None:
+    from service.glossary import compiled
+
+    entries = {f"term{n}": f"Begriff{n}" for n in range(1000)}
+
+    async def main() -> None:
+        first, second = await asyncio.gather(compiled(entries), compiled(dict(entries)))
+        assert first is second  # the same content, one compilation
+        assert await compiled(entries) is first
+        assert first.find("the term7 here") == [(4, 9, "Begriff7")]
+        assert await compiled({**entries, "other": "andere"}) is not first
+
+    asyncio.run(main())
 
 
 def test_a_bundles_place_names_are_applied_unless_switched_off(tmp_path: Path) -> None:
@@ -303,6 +335,45 @@ def test_the_services_own_api_takes_a_glossary_by_id_or_inline(server: ServerPro
     both = translate(source_lang="en", target_lang="de", glossary={"a": "b"},
                      glossary_id=glossary_id)
     assert both.status_code == 422
+
+
+
+def test_an_inline_glossary_is_limited_like_a_stored_one(server: ServerProcess) -> None:
+    def translate(glossary: dict[str, str]) -> httpx.Response:
+        return httpx.post(server.url + "/translate", headers={"Authorization": "Bearer k1"},
+                          json={"text": "a table", "source_lang": "en", "target_lang": "de",
+                                "glossary": glossary})
+
+    for glossary, why in (({"table": "T" * 1025}, "over 1024 characters"),
+                          ({" table": "Tisch"}, "surrounding spaces"),
+                          ({"table": "Ti\nsch"}, "line break")):
+        refused = translate(glossary)
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["field"] == "glossary" and why in error["message"]
+    assert translate({"table": "T" * 1024}).status_code == 200
+
+
+def test_health_answers_while_a_glossary_of_100000_entries_is_applied(
+        server: ServerProcess) -> None:
+    """Compiling the terms once took the event loop for seconds, failing liveness probes."""
+    glossary = {f"entry{n} term": f"Eintrag{n}" for n in range(99_999)}
+    glossary["table"] = "Tisch"
+    slowest = 0.0
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(httpx.post, server.url + "/translate", headers={
+            "Authorization": "Bearer k1"}, json={"text": "The table", "source_lang": "en",
+                                                 "target_lang": "de", "glossary": glossary},
+                             timeout=120)
+        while not answer.done():
+            started = time.monotonic()
+            assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.05)
+        translated = answer.result()
+    assert translated.status_code == 200, translated.text
+    assert translated.json()["translations"][0]["text"] == "THE Tisch"
+    assert slowest < 1.0, f"/health took {slowest:.2f} s"
 
 
 def test_glossaries_survive_a_restart(tmp_path: Path) -> None:

@@ -187,3 +187,14 @@ def test_the_sentence_estimate_is_not_below_the_split() -> None:
         assert estimate_sentences(text) >= len(split_sentences(text).pieces), repr(text)
     assert estimate_sentences("One. Two. Three.") == 3
     assert estimate_sentences("  ") == 0
+
+
+def test_pieces_without_a_letter_or_digit_are_kept_as_they_came() -> None:
+    """The model rewrote "!!!" as "!!!!" and "???" as "?": a piece with nothing to translate
+    stays in the layout."""
+    only_marks = split_sentences("... !!! ???")
+    assert only_marks.pieces == () and only_marks.original == "... !!! ???"
+    text = "Wait... !!! ??? Go on.\n🍕\n- Yes!\n—"
+    mixed = split_sentences(text)
+    assert mixed.pieces == ("Wait...", "Go on.", "- Yes!")
+    assert mixed.original == text

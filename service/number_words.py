@@ -57,3 +57,32 @@ def number_values(text: str, lang: str) -> frozenset[int]:
             found.add(words[tokens[i]])
         i += 1
     return frozenset(found)
+
+
+def number_terms(text: str, lang: str, target_lang: str) -> dict[str, str]:
+    """Each number word of ``text`` (in ``lang``, as written there: "twenty", "Thirty-five",
+    "forty two") and the same value written in ``target_lang`` ("zwanzig",
+    "Fünfunddreißig"), capitalised as the source is; empty where either language is not
+    written by num2words."""
+    words = _words(lang)
+    if not words or not _words(target_lang):
+        return {}
+    tokens = list(_WORD.finditer(text))
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        span = None
+        if i + 1 < len(tokens) and text[tokens[i].end():tokens[i + 1].start()] == " ":
+            two = f"{tokens[i].group().casefold()} {tokens[i + 1].group().casefold()}"
+            if two in words:
+                span, value, i = (tokens[i].start(), tokens[i + 1].end()), words[two], i + 2
+        if span is None and tokens[i].group().casefold() in words:
+            span, value = tokens[i].span(), words[tokens[i].group().casefold()]
+            i += 1
+        elif span is None:
+            i += 1
+            continue
+        surface = text[span[0]:span[1]]
+        target = num2words(value, lang=target_lang)
+        found[surface] = target[:1].upper() + target[1:] if surface[:1].isupper() else target
+    return found

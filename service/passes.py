@@ -8,6 +8,8 @@ cached and belong to the request already admitted:
 - verbatim items (``keep_verbatim``): a sentence lacking a number its source writes in words,
   digits inside a word or an acronym (``_verbatim``, ``_missing``) is decoded again with a
   wider beam (``_wider``), and the hypothesis lacking the fewest is taken.
+- numbers written as words (``spell_numbers``): a number word even the wider beam lost is
+  masked and written the target language's way, over the glossary's and place names' masks.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from service.engine import Engine
 from service.glossary import Terms, has_word
 from service.loading import Pair
-from service.number_words import number_values
+from service.number_words import number_terms, number_values
 from service.pieces import Prepared
 from service.placeholders import Restored, protect
 from service.search import DecodeOptions, Hypothesis, Translation
@@ -58,7 +60,8 @@ class SecondPasses:
             terms = place_names if terms is None else terms.over(place_names)
         if terms is not None:
             prepared, chosen = await self.hold_to(terms, prepared, chosen, required=glossary)
-        return prepared, await self.keep_verbatim(prepared, chosen)
+        chosen = await self.keep_verbatim(prepared, chosen)
+        return await self.spell_numbers(prepared, chosen, terms, required=glossary)
 
     async def hold_to(self, glossary: Terms, prepared: list[Prepared],
                       chosen: list[list[Translation]], required: Terms | None = None,
@@ -157,6 +160,37 @@ class SecondPasses:
             if lacking[fewest] < missing:
                 chosen[t][i] = _first(wider.hypotheses[fewest], wider)
         return chosen
+
+
+    async def spell_numbers(self, prepared: list[Prepared], chosen: list[list[Translation]],
+                            terms: Terms | None, required: Terms | None = None,
+                            ) -> tuple[list[Prepared], list[list[Translation]]]:
+        """Numbers written as words that even the wider beam lost ("twenty minutes" as "vier
+        Minuten" in every hypothesis): those sentences are translated again with each number
+        word masked and put back written the target language's way (``number_terms``:
+        "zwanzig"), as a glossary's terms are (``hold_to``), over the request's ``terms`` (its
+        glossary and the bundle's place names), so that names and numbers hold in one output.
+        Where the masks do worse (a mask dropped), the sentence keeps its translation."""
+        pair = self.pair
+        numbers: dict[str, str] = {}
+        texts: list[int] = []
+        for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
+            lost = [number_terms(piece, pair[0], pair[1])
+                    for piece, translation in zip(text.segmented.pieces, pieces, strict=True)
+                    if number_values(piece, pair[0]) - number_values(translation.text, pair[1])]
+            for found in lost:
+                numbers.update(found)
+            if lost:
+                texts.append(t)
+        if not numbers:
+            return prepared, chosen
+        spelled = Terms(numbers) if terms is None else Terms(numbers).over(terms)
+        again, held = await self.hold_to(spelled, [prepared[t] for t in texts],
+                                         [chosen[t] for t in texts], required=required)
+        prepared, chosen = list(prepared), list(chosen)
+        for t, text, pieces in zip(texts, again, held, strict=True):
+            prepared[t], chosen[t] = text, pieces
+        return prepared, chosen
 
 
 _MARKED = re.compile(r"\{\s*\d+\s*\}")  # an item's marker: its digits are not the text's

@@ -1006,6 +1006,11 @@ def test_max_length_ratio_and_length_penalty_reach_the_search(real_app: FastAPI)
     source = fixture_pairs()[0][0]
 
     async def main() -> None:
+        # The reference decodes run in a thread: on the event loop they would hold it past
+        # MAX_LOOP_LAG_S on a loaded machine, and the next request would get 503.
+        async def offline(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(engine.translate, *args, **kwargs)
+
         async with serving(real_app) as client:
             engine = real_app.state.service.engines[("en", "de")]
             for ratio in (0.01, 4.0):
@@ -1013,14 +1018,14 @@ def test_max_length_ratio_and_length_penalty_reach_the_search(real_app: FastAPI)
                     "text": source, "beam_size": 1, "max_length_ratio": ratio})
                 assert response.status_code == 200
                 text = response.json()["translations"][0]["text"]
-                expected = engine.translate([source], beam_size=1, max_length_ratio=ratio)[0]
+                expected = (await offline([source], beam_size=1, max_length_ratio=ratio))[0]
                 assert text == expected.text
-            capped = engine.translate([source], beam_size=1, max_length_ratio=0.01)[0]
+            capped = (await offline([source], beam_size=1, max_length_ratio=0.01))[0]
             assert len(capped.hypotheses[0].token_ids) <= 10
-            assert capped.text != engine.translate([source], beam_size=1)[0].text
+            assert capped.text != (await offline([source], beam_size=1))[0].text
             # A sentence whose 4-best order the penalty changes, so the check can fail.
             sources = [pair[0] for pair in fixture_pairs()]
-            ranked = {penalty: [[h.text for h in t.hypotheses] for t in engine.translate(
+            ranked = {penalty: [[h.text for h in t.hypotheses] for t in await offline(
                 sources, beam_size=4, num_hypotheses=4, length_penalty=penalty)]
                 for penalty in (0.0, 4.0)}
             changed = [i for i in range(len(sources)) if ranked[0.0][i] != ranked[4.0][i]]

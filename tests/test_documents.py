@@ -364,6 +364,97 @@ def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
             client.translate_document(content, None, target_lang="DE", filename="a.docx")
 
 
+# Paragraphs as Word writes them where python-docx's ``Paragraph.runs`` does not look: a
+# hyperlink, a tracked insertion beside a deletion, a smart tag, an inline and a block content
+# control, a field (its code kept, its result translated), a text box in DrawingML with its
+# VML fallback, and a lone period in a run of its own.
+WORD_HIDDEN_RUNS = (
+    '<w:p><w:r><w:t xml:space="preserve">An external link in </w:t></w:r><w:hyperlink '
+    'r:id="rIdLink"><w:r><w:rPr><w:rStyle w:val="Hyperlink"/></w:rPr><w:t>a popular site'
+    '</w:t></w:r></w:hyperlink><w:r><w:t>.</w:t></w:r></w:p>'
+    '<w:p><w:r><w:t xml:space="preserve">Words </w:t></w:r><w:ins w:id="1" w:author="A" '
+    'w:date="2024-01-01T00:00:00Z"><w:r><w:t xml:space="preserve">added here </w:t></w:r>'
+    '</w:ins><w:del w:id="2" w:author="A" w:date="2024-01-01T00:00:00Z"><w:r><w:delText>'
+    'removed there </w:delText></w:r></w:del><w:r><w:t>stay.</w:t></w:r></w:p>'
+    '<w:p><w:smartTag w:uri="urn:schemas-microsoft-com:office:smarttags" w:element="place">'
+    '<w:r><w:t>London</w:t></w:r></w:smartTag><w:r><w:t xml:space="preserve"> is </w:t></w:r>'
+    '<w:sdt><w:sdtPr><w:alias w:val="Size"/></w:sdtPr><w:sdtContent><w:r><w:t>very large'
+    '</w:t></w:r></w:sdtContent></w:sdt><w:r><w:t xml:space="preserve"> on page </w:t></w:r>'
+    '<w:fldSimple w:instr=" PAGE "><w:r><w:t>1</w:t></w:r></w:fldSimple><w:r>'
+    '<w:t xml:space="preserve"> as of </w:t></w:r><w:r>'
+    '<w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText xml:space="preserve"> DATE '
+    '</w:instrText></w:r><w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>today'
+    '</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r><w:r><w:t>.</w:t></w:r></w:p>'
+    '<w:sdt><w:sdtPr><w:alias w:val="Block"/></w:sdtPr><w:sdtContent><w:p><w:r><w:t>A block '
+    'control holds this.</w:t></w:r></w:p></w:sdtContent></w:sdt>'
+    '<w:p><w:r><w:t xml:space="preserve">Before the box </w:t></w:r><w:r><mc:AlternateContent>'
+    '<mc:Choice Requires="wps"><w:drawing><wp:anchor><a:graphic><a:graphicData uri="http://'
+    'schemas.microsoft.com/office/word/2010/wordprocessingShape"><wps:wsp><wps:txbx>'
+    '<w:txbxContent><w:p><w:r><w:t>Text in a box.</w:t></w:r></w:p></w:txbxContent>'
+    '</wps:txbx></wps:wsp></a:graphicData></a:graphic></wp:anchor></w:drawing></mc:Choice>'
+    '<mc:Fallback><w:pict><v:shape><v:textbox><w:txbxContent><w:p><w:r><w:t>Text in a box.'
+    '</w:t></w:r></w:p></w:txbxContent></v:textbox></v:shape></w:pict></mc:Fallback>'
+    '</mc:AlternateContent></w:r><w:r><w:t>and after it.</w:t></w:r></w:p>')
+
+
+def test_word_text_in_links_insertions_controls_fields_boxes_and_comments(
+        server: ServerProcess, tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    import docx
+    from lxml import etree
+
+    document = docx.Document()
+    commented = document.add_paragraph("Commented words.")
+    document.add_comment(commented.runs, text="Check this sentence.", author="Reviewer")
+    source = tmp_path / "hidden.docx"
+    document.save(source)
+    with zipfile.ZipFile(source) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    body = parts["word/document.xml"].decode()  # its root declares wps, wp, mc, v, r
+    body = body.replace("<w:document ", '<w:document xmlns:a="http://schemas.openxmlformats.'
+                        'org/drawingml/2006/main" ', 1)
+    parts["word/document.xml"] = body.replace("<w:body>", "<w:body>" + WORD_HIDDEN_RUNS,
+                                              1).encode()
+    parts["word/_rels/document.xml.rels"] = parts["word/_rels/document.xml.rels"].replace(
+        b"</Relationships>", b'<Relationship Id="rIdLink" Type="http://schemas.openxmlformats.'
+        b'org/officeDocument/2006/relationships/hyperlink" Target="https://example.com" '
+        b'TargetMode="External"/></Relationships>')
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(source, tmp_path / "hidden.de.docx",
+                                            target_lang="DE")
+    translated = docx.Document(tmp_path / "hidden.de.docx")
+    def xpath(element: etree._Element, path: str) -> list:
+        return etree.XPath(path, namespaces={"w": W})(element)
+
+    def texts(element: etree._Element, path: str) -> list[str]:
+        """Each node's text as Word shows it with its changes marked: its w:t and w:delText,
+        in order (python-docx's elements redefine lxml's itertext)."""
+        return ["".join(xpath(node, ".//w:t/text() | .//w:delText/text()"))
+                for node in xpath(element, path)]
+
+    body_element = translated.element.body
+    paragraphs = texts(body_element, "./w:p | ./w:sdt/w:sdtContent/w:p")
+    assert paragraphs[0] == "AN EXTERNAL LINK IN A POPULAR SITE."
+    # The insertion translated with its sentence, the deletion kept as it was.
+    assert paragraphs[1] == "WORDS ADDED HERE removed there STAY."
+    assert texts(body_element, ".//w:del") == ["removed there "]
+    assert paragraphs[2] == "LONDON IS VERY LARGE ON PAGE 1 AS OF TODAY."
+    assert [node.text for node in xpath(body_element, ".//w:instrText")] == [" DATE "]
+    assert paragraphs[3] == "A BLOCK CONTROL HOLDS THIS."
+    assert texts(body_element, ".//w:txbxContent/w:p") == ["TEXT IN A BOX."] * 2
+    assert paragraphs[4].startswith("BEFORE THE BOX ") and paragraphs[4].endswith(
+        "AND AFTER IT.")
+    assert translated.paragraphs[-1].text == "COMMENTED WORDS."
+    assert [c.text for c in translated.comments] == ["CHECK THIS SENTENCE."]
+    link = xpath(body_element, ".//w:hyperlink")[0]
+    assert link.get(docx.oxml.ns.qn("r:id")) == "rIdLink"
+
+
 def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_path: Path) -> None:
     import deepl
     import pptx

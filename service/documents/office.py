@@ -14,12 +14,13 @@ import docx
 import docx.document
 import docx.opc.constants
 import docx.opc.part
-import docx.oxml.ns
-import docx.text.paragraph
-import docx.text.run
 import pptx
 import pptx.enum.shapes
 import pptx.presentation
+from docx.oxml import OxmlElement
+from docx.oxml.ns import qn
+from docx.oxml.text.paragraph import CT_P
+from docx.oxml.text.run import CT_R
 
 from service.documents.archives import check_zip
 from service.documents.errors import DocumentError
@@ -30,6 +31,19 @@ _NOTES = (docx.opc.constants.CONTENT_TYPE.WML_FOOTNOTES,
           docx.opc.constants.CONTENT_TYPE.WML_ENDNOTES)
 for _content_type in _NOTES:
     docx.opc.part.PartFactory.part_type_for.setdefault(_content_type, docx.opc.part.XmlPart)
+# The parts of a Word package whose paragraphs a reader sees: the body (of a document, a
+# template or their macro-enabled kinds), every header and footer, notes and comments.
+_WORD_TEXT = re.compile(r"wordprocessingml\.(document\.main|template\.main|header|footer|"
+                        r"footnotes|endnotes|comments)\+xml$|ms-word\.(document|template)"
+                        r"\.macroEnabled\.main\+xml$")
+_P, _R = qn("w:p"), qn("w:r")
+# A run inside these is text a reader no longer sees (a tracked deletion, a move's source):
+# kept as it is.
+_GONE = frozenset({qn("w:del"), qn("w:moveFrom")})
+# A run's children python-docx reads as its text; a page or column break reads as nothing
+# and is kept where it is.
+_RUN_TEXT = frozenset({qn("w:t"), qn("w:tab"), qn("w:br"), qn("w:cr"),
+                       qn("w:noBreakHyphen"), qn("w:ptab")})
 
 
 @dataclass
@@ -37,29 +51,54 @@ class Office:
     """A Word document or a presentation, and the runs of each paragraph translated."""
 
     document: docx.document.Document | pptx.presentation.Presentation
-    runs: list[list]  # each translated paragraph's runs (python-docx's or python-pptx's)
+    runs: list[list]  # each translated paragraph's runs (WordRun or python-pptx's)
 
 
-def _docx_paragraphs(document: docx.document.Document) -> Iterator[docx.text.paragraph.Paragraph]:
-    """The body's paragraphs, those of its tables' cells (each merged cell once), of the
-    sections' headers and footers (each shared one once), and of footnotes and endnotes."""
-    yield from document.paragraphs
-    seen: set[int] = set()
-    for table in document.tables:
-        for row in table.rows:
-            for cell in row.cells:
-                if id(cell._tc) not in seen:
-                    seen.add(id(cell._tc))
-                    yield from cell.paragraphs
-    for section in document.sections:
-        for part in (section.header, section.footer):
-            if not part.is_linked_to_previous and id(part._element) not in seen:
-                seen.add(id(part._element))
-                yield from part.paragraphs
-    for related in document.part.package.iter_parts():
-        if related.content_type in _NOTES and isinstance(related, docx.opc.part.XmlPart):
-            for element in related.element.iter(docx.oxml.ns.qn("w:p")):
-                yield docx.text.paragraph.Paragraph(element, related)
+class WordRun:
+    """A ``w:r`` wherever it sits in its paragraph (in a hyperlink, a tracked insertion, a
+    smart tag, a content control, a field's result), its text read and written as
+    python-docx reads it, every other child (a picture, a field code, a note's reference, a
+    page break) kept in its place."""
+
+    def __init__(self, element: CT_R) -> None:
+        self.element = element
+
+    @property
+    def text(self) -> str:
+        return self.element.text
+
+    @text.setter
+    def text(self, text: str) -> None:
+        old = [child for child in self.element if child.tag in _RUN_TEXT and str(child)]
+        at = self.element.index(old[0]) if old else len(self.element)
+        for child in old:
+            self.element.remove(child)
+        fresh = OxmlElement("w:r")
+        fresh.text = text
+        for offset, child in enumerate(list(fresh)):
+            self.element.insert(at + offset, child)
+
+
+def _docx_paragraphs(document: docx.document.Document) -> Iterator[list[WordRun]]:
+    """The runs of every paragraph of every part a reader sees: body, tables (each merged
+    cell once), content controls, text boxes and shapes (Word's DrawingML and its VML
+    fallback alike, each its own paragraph), headers and footers, notes and comments."""
+    for part in document.part.package.iter_parts():
+        if not (_WORD_TEXT.search(part.content_type)
+                and isinstance(part, docx.opc.part.XmlPart)):
+            continue
+        for paragraph in part.element.iter(_P):
+            yield [WordRun(run) for run in paragraph.iter(_R) if _reader_sees(run, paragraph)]
+
+
+def _reader_sees(run: CT_R, paragraph: CT_P) -> bool:
+    """Whether ``run`` is ``paragraph``'s own (not a text box's inside it) and not deleted."""
+    for ancestor in run.iterancestors():
+        if ancestor is paragraph:
+            return True
+        if ancestor.tag == _P or ancestor.tag in _GONE:
+            return False
+    return False
 
 
 def read_docx(data: bytes) -> tuple[Office, list[str]]:
@@ -84,7 +123,7 @@ def _office(document: docx.document.Document | pptx.presentation.Presentation,
             paragraphs: Iterator) -> tuple[Office, list[str]]:
     runs, texts = [], []
     for paragraph in paragraphs:
-        parts = [run for run in paragraph.runs if run.text]
+        parts = [run for run in paragraph if run.text]
         if not "".join(run.text for run in parts).strip():
             continue
         runs.append(parts)
@@ -110,9 +149,11 @@ def _pptx_paragraphs(presentation: pptx.presentation.Presentation) -> Iterator:
 
     for slide in presentation.slides:
         for frame in frames(slide.shapes):
-            yield from frame.paragraphs
+            for paragraph in frame.paragraphs:
+                yield paragraph.runs
         if slide.has_notes_slide:
-            yield from slide.notes_slide.notes_text_frame.paragraphs
+            for paragraph in slide.notes_slide.notes_text_frame.paragraphs:
+                yield paragraph.runs
 
 
 def read_pptx(data: bytes) -> tuple[Office, list[str]]:

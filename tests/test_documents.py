@@ -455,6 +455,76 @@ def test_word_text_in_links_insertions_controls_fields_boxes_and_comments(
     assert link.get(docx.oxml.ns.qn("r:id")) == "rIdLink"
 
 
+def zip_by_hand(entries: list[tuple[str, bytes, int, int]]) -> bytes:
+    """A zip written byte by byte: each entry (name, deflated data, CRC-32, the inflated size
+    its headers declare), so that a header can say what its data is not."""
+    import struct
+
+    body, directory = b"", b""
+    for name, packed, crc, declared in entries:
+        fields = (20, 0, 8, 0, 0, crc, len(packed), declared, len(name.encode()), 0)
+        directory += struct.pack("<4s2H" + "4H3L3H2HLL", b"PK\x01\x02", 20, *fields, 0, 0,
+                                 0, 0, len(body)) + name.encode()
+        body += struct.pack("<4sH" + "4H3L2H", b"PK\x03\x04", *fields) + name.encode() + packed
+    return body + directory + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(entries),
+                                          len(entries), len(directory), len(body), 0)
+
+
+def deflated(chunks: Iterator[bytes]) -> tuple[bytes, int, int]:
+    """Raw deflate data of the chunks, their CRC-32 and their size, a chunk at a time."""
+    import zlib
+
+    packer, crc, size, packed = zlib.compressobj(9, zlib.DEFLATED, -15), 0, 0, []
+    for chunk in chunks:
+        crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        packed.append(packer.compress(chunk))
+    return b"".join(packed) + packer.flush(), crc, size
+
+
+def lying_docx(tmp_path: Path) -> bytes:
+    """A real Word document with one more entry: 256 MB of zeros (a quarter of a megabyte
+    deflated) whose headers say it holds 1,000 bytes."""
+    import zipfile
+
+    source = word_document(tmp_path / "honest.docx")
+    entries = []
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            entries.append((info.filename, *deflated(iter([archive.read(info)]))))
+    packed, crc, _ = deflated(bytes(1 << 20) for _ in range(256))
+    entries.append(("word/media/image1.png", packed, crc, 1000))
+    return zip_by_hand(entries)
+
+
+def test_a_zip_entry_lying_about_its_size_is_refused_within_bounded_memory(
+        server: ServerProcess, tmp_path: Path) -> None:
+    import tracemalloc
+
+    import deepl
+
+    from service.documents.archives import check_zip
+
+    lying = lying_docx(tmp_path)
+    assert len(lying) < 1_500_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(DocumentError, match="more than the 1000 bytes its header declares"):
+            check_zip(lying, "DOCX file")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(lying)  # the upload and a copy of one entry, never its inflation
+    # Honest headers pass (the document the liar was made from), and the API says why not.
+    honest = word_document(tmp_path / "again.docx").read_bytes()
+    check_zip(honest, "DOCX file")
+    client = deepl.Translator("k1", server_url=server.url)
+    with pytest.raises(deepl.DeepLException, match="its header declares"):
+        client.translate_document(lying, None, target_lang="DE", filename="a.docx")
+    for name in ("empty.docx", "empty.odt", "empty.epub", "empty.pptx"):
+        with pytest.raises(deepl.DeepLException, match=r"is empty \(0 bytes\)"):
+            client.translate_document(b"", None, target_lang="DE", filename=name)
+
+
 def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_path: Path) -> None:
     import deepl
     import pptx

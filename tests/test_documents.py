@@ -621,6 +621,69 @@ def test_opendocument_text_keeps_its_spans(server: ServerProcess, tmp_path: Path
             '</text:p>') in content
 
 
+ODF_NAMESPACES = (
+    'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+    'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+    'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+    'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+    'xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0" '
+    'xmlns:xlink="http://www.w3.org/1999/xlink"')
+# A long body paragraph anchoring a picture and a text box and holding a footnote, as
+# LibreOffice writes them, and a page header and footer in styles.xml.
+ODT_ANCHORS = (
+    f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ODF_NAMESPACES} '
+    'office:version="1.3"><office:body><office:text><text:p text:style-name="P1">The results '
+    '<draw:frame draw:name="Image1" text:anchor-type="char" svg:width="2cm"><draw:image '
+    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title></draw:frame>are shown here'
+    '<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation>1'
+    '</text:note-citation><text:note-body><text:p text:style-name="Footnote">See the appendix.'
+    '</text:p></text:note-body></text:note> and discussed below.<draw:frame draw:name="Box">'
+    '<draw:text-box>'
+    '<text:p>Words in a box.</text:p></draw:text-box></draw:frame></text:p>'
+    '</office:text></office:body></office:document-content>')
+ODT_STYLES = (
+    f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-styles {ODF_NAMESPACES} '
+    'office:version="1.3"><office:styles><style:style style:name="Standard"/></office:styles>'
+    '<office:master-styles><style:master-page style:name="Standard"><style:header><text:p>'
+    'Quarterly report</text:p></style:header><style:footer><text:p>Page <text:page-number>1'
+    '</text:page-number> of the draft</text:p></style:footer></style:master-page>'
+    '</office:master-styles></office:document-styles>')
+
+
+def test_opendocument_frames_notes_headers_and_footers(server: ServerProcess,
+                                                       tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    from lxml import etree
+
+    document = tmp_path / "report.odt"
+    with zipfile.ZipFile(document, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text",
+                         compress_type=zipfile.ZIP_STORED)
+        archive.writestr("content.xml", ODT_ANCHORS)
+        archive.writestr("styles.xml", ODT_STYLES)
+        archive.writestr("Pictures/a.png", b"\x89PNG not really")
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(document, tmp_path / "report.de.odt",
+                                            target_lang="DE")
+    text = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+    with zipfile.ZipFile(tmp_path / "report.de.odt") as archive:
+        content = etree.fromstring(archive.read("content.xml"))
+        styles = etree.fromstring(archive.read("styles.xml"))
+        assert archive.read("Pictures/a.png") == b"\x89PNG not really"
+    body = content.find(f".//{text}p")
+    own = [body.text] + [child.tail for child in body]
+    assert own == ["THE RESULTS ", "ARE SHOWN HERE", " AND DISCUSSED BELOW.", None]
+    assert [etree.QName(child).localname for child in body] == ["frame", "note", "frame"]
+    assert body[0][0].get("{http://www.w3.org/1999/xlink}href") == "Pictures/a.png"
+    inner = ["".join(p.itertext()) for p in body.iter(f"{text}p") if p is not body]
+    assert inner == ["SEE THE APPENDIX.", "WORDS IN A BOX."]
+    assert body.find(f".//{text}note-citation").text == "1"
+    assert ["".join(p.itertext()) for p in styles.iter(f"{text}p")] == [
+        "QUARTERLY REPORT", "PAGE 1 OF THE DRAFT"]
+
+
 def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProcess) -> None:
     from markdown_it import MarkdownIt
 

@@ -287,6 +287,43 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
         "error"]["message"]
 
 
+def translated_bytes(server: ServerProcess, name: str, content: bytes) -> bytes:
+    """A document translated through DeepL's document API, as the bytes downloaded."""
+    import io
+
+    import deepl
+
+    client, out = deepl.Translator("k1", server_url=server.url), io.BytesIO()
+    client.translate_document(content, out, target_lang="DE", filename=name)
+    return out.getvalue()
+
+
+def test_subtitle_markup_numbering_bom_and_line_ends_kept(server: ServerProcess) -> None:
+    import srt
+    import webvtt
+
+    # A Teams transcript's speakers, a class span, italics and a karaoke timestamp.
+    vtt = ("WEBVTT\n\n00:00:01.000 --> 00:00:04.000 align:start\n<v Roger Bingham>We are "
+           "in <c.yellow>New York</c> <00:00:02.500>city\n<i>right now</i> &amp; here.\n\n"
+           "00:00:05.000 --> 00:00:06.000\n<v.loud Ann>Bye.</v>\n")
+    out = translated_bytes(server, "talk.vtt", vtt.encode()).decode()
+    assert out == ("WEBVTT\n\n00:00:01.000 --> 00:00:04.000 align:start\n<v Roger Bingham>WE "
+                   "ARE IN <c.yellow>NEW YORK</c> <00:00:02.500>CITY\n<i>RIGHT NOW</i> &amp; "
+                   "HERE.\n\n00:00:05.000 --> 00:00:06.000\n<v.loud Ann>BYE.</v>\n")
+    captions = webvtt.from_string(out)
+    assert [caption.voice for caption in captions] == ["Roger Bingham", "Ann"]
+    # SubRip from a Windows subtitle editor: a BOM, CRLF, a font attribute, cues unnumbered.
+    source = ("\ufeff00:00:01,000 --> 00:00:02,500\r\nHello <font face=\"Arial\" "
+              "color=\"#ffff00\">there</font>,\r\n{\\an8}my friend.\r\n\r\n"
+              "00:00:03,000 --> 00:00:04,000\r\n<i>Fine.</i>\r\n\r\n")
+    out = translated_bytes(server, "film.srt", source.encode()).decode("utf-8")
+    assert out == ("\ufeff00:00:01,000 --> 00:00:02,500\r\nHELLO <font face=\"Arial\" "
+                   "color=\"#ffff00\">THERE</font>,\r\n{\\an8}MY FRIEND.\r\n\r\n"
+                   "00:00:03,000 --> 00:00:04,000\r\n<i>FINE.</i>\r\n\r\n")
+    subtitles = list(srt.parse(out.removeprefix("\ufeff")))
+    assert [(s.index, s.start.total_seconds()) for s in subtitles] == [(None, 1.0), (None, 3.0)]
+
+
 def word_document(path: Path) -> Path:
     import docx
 

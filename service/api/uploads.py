@@ -61,7 +61,7 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
                            glossary_id=glossary_id or None,
                            document=(upload.filename, file_format.media_type,
                                      file_format.name),
-                           document_data=upload.data if file_format.binary else None)
+                           document_data=upload.data)
 
 
 def translated_name(filename: str) -> str:

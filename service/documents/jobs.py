@@ -33,6 +33,28 @@ from service.translator import Pair, TextResult
 QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
 
 
+@dataclass(frozen=True)
+class TextLayout:
+    """What a text file holds besides its text: a byte-order mark and Windows line ends,
+    taken off before it is read (its readers expect neither) and put back when written."""
+
+    bom: bool
+    crlf: bool
+
+    @classmethod
+    def of(cls, text: str) -> TextLayout:
+        body = text.removeprefix("\ufeff")
+        return cls(body != text, "\r\n" in body and "\n" not in body.replace("\r\n", ""))
+
+    def plain(self, text: str) -> str:
+        text = text.removeprefix("\ufeff")
+        return text.replace("\r\n", "\n") if self.crlf else text
+
+    def restored(self, text: str) -> bytes:
+        text = text.replace("\n", "\r\n") if self.crlf else text
+        return (("\ufeff" if self.bom else "") + text).encode("utf-8")
+
+
 @dataclass
 class DocumentJob:
     document_id: str
@@ -104,6 +126,11 @@ class DocumentJobs:
         job.status = TRANSLATING
         try:
             document_format = FORMATS[job.kind]
+            if isinstance(text, bytes) and not document_format.binary:
+                text = text.decode("utf-8")
+            layout = TextLayout.of(text) if isinstance(text, str) else None
+            if layout is not None:
+                text = layout.plain(text)
             # Off the event loop: a large office file takes a good part of a second.
             document, texts = await asyncio.to_thread(document_format.read, text)
             results = await translate(texts) if texts else []
@@ -111,6 +138,7 @@ class DocumentJobs:
                 document_format.write, document, [result.text for result in results])
             # Office files and EPUB are written as bytes, the text formats as text.
             job.result = (translated if isinstance(translated, bytes)
+                          else layout.restored(translated) if layout is not None
                           else translated.encode("utf-8"))
             job.status = DONE
         except asyncio.CancelledError:

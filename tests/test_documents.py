@@ -324,6 +324,39 @@ def test_subtitle_markup_numbering_bom_and_line_ends_kept(server: ServerProcess)
     assert [(s.index, s.start.total_seconds()) for s in subtitles] == [(None, 1.0), (None, 3.0)]
 
 
+ASCII_PO = """msgid ""
+msgstr ""
+"Project-Id-Version: app 1.0\\n"
+"Content-Type: text/plain; charset=ASCII\\n"
+"Content-Transfer-Encoding: 8bit\\n"
+"Language: de\\n"
+
+#: src/main.c:12
+msgid "Quit the application"
+msgstr ""
+"""
+
+
+def test_a_catalogue_declaring_ascii_is_written_as_utf8(server: ServerProcess,
+                                                        tmp_path: Path) -> None:
+    import subprocess
+
+    import polib
+
+    out = translated_bytes(server, "app.po", ASCII_PO.encode()).replace(
+        b"QUIT THE APPLICATION", "Anwendung beenden (ä)".encode())  # German, not ASCII
+    catalogue = polib.pofile(out.decode("utf-8"))
+    assert catalogue.metadata["Content-Type"] == "text/plain; charset=UTF-8"
+    assert catalogue.find("Quit the application").msgstr == "Anwendung beenden (ä)"
+    (tmp_path / "app.po").write_bytes(out)
+    # Compiled with the fuzzy translations (this service marks its own fuzzy for review).
+    checked = subprocess.run(["msgfmt", "--check", "--use-fuzzy", "-o", str(tmp_path / "app.mo"),
+                              str(tmp_path / "app.po")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert polib.mofile(str(tmp_path / "app.mo")).find("Quit the application").msgstr == (
+        "Anwendung beenden (ä)")
+
+
 def word_document(path: Path) -> Path:
     import docx
 

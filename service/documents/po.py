@@ -4,9 +4,13 @@ translated, the header, contexts, comments and flags kept."""
 
 from __future__ import annotations
 
+import re
+
 import polib
 
 from service.documents.errors import DocumentError
+
+_CHARSET = re.compile(r"charset=[^;\s]*", re.IGNORECASE)
 
 
 def read_po(text: str) -> tuple[polib.POFile, list[str]]:
@@ -31,7 +35,8 @@ def _untranslated(catalogue: polib.POFile) -> list[polib.POEntry]:
 
 def write_po(catalogue: polib.POFile, translations: list[str]) -> str:
     """The catalogue with the translations in (plural forms: every form after the first gets
-    the plural's), each marked fuzzy."""
+    the plural's), each marked fuzzy, and its header's charset UTF-8, as the file is
+    written (a catalogue that declared ASCII would no longer compile)."""
     given = iter(translations)
     for entry in _untranslated(catalogue):
         singular = next(given)
@@ -42,5 +47,11 @@ def write_po(catalogue: polib.POFile, translations: list[str]) -> str:
         else:
             entry.msgstr = singular
         entry.flags.append("fuzzy")
+    if catalogue.metadata:  # the file is written as UTF-8: its header says so
+        declared = catalogue.metadata.get("Content-Type", "text/plain; charset=UTF-8")
+        catalogue.metadata["Content-Type"] = (
+            _CHARSET.sub("charset=UTF-8", declared) if _CHARSET.search(declared)
+            else declared + "; charset=UTF-8")
+        catalogue.encoding = "utf-8"
     return str(catalogue)
 

@@ -780,3 +780,20 @@ def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProces
         return [token.type for token in MarkdownIt("commonmark").enable("table").parse(text)]
 
     assert blocks(out) == blocks(source)  # the same structure, block for block
+
+
+def test_markdown_math_and_footnotes_come_back_as_written(server: ServerProcess) -> None:
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+    from mdit_py_plugins.footnote import footnote_plugin
+
+    source = ("Einstein wrote $E = mc^2$ in a paper[^1] and **this** too.\n\n"
+              "$$\n\\int_0^1 x_i \\, dx = \\frac{1}{2}\n$$\n\n"
+              "[^1]: A note with *emphasis* and $a_i$.\n")
+    out = translated_file(server, "physics.md", source)
+    assert out == ("EINSTEIN WROTE $E = mc^2$ IN A PAPER[^1] AND **THIS** TOO.\n\n"
+                   "$$\n\\int_0^1 x_i \\, dx = \\frac{1}{2}\n$$\n\n"
+                   "[^1]: A NOTE WITH *EMPHASIS* AND $a_i$.\n")
+    parser = MarkdownIt("commonmark").use(dollarmath_plugin).use(footnote_plugin)
+    kinds = [token.type for token in parser.parse(out)]
+    assert kinds.count("math_block") == 1 and "footnote_block_open" in kinds

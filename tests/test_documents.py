@@ -445,7 +445,8 @@ WORD_HIDDEN_RUNS = (
     '<w:p><w:r><w:t xml:space="preserve">Words </w:t></w:r><w:ins w:id="1" w:author="A" '
     'w:date="2024-01-01T00:00:00Z"><w:r><w:t xml:space="preserve">added here </w:t></w:r>'
     '</w:ins><w:del w:id="2" w:author="A" w:date="2024-01-01T00:00:00Z"><w:r><w:delText>'
-    'removed there </w:delText></w:r></w:del><w:r><w:t>stay.</w:t></w:r></w:p>'
+    'removed there </w:delText></w:r></w:del><w:r><w:t>stay</w:t><w:tab/><w:t>put</w:t><w:br/>'
+    '<w:t>here.</w:t></w:r></w:p>'
     '<w:p><w:smartTag w:uri="urn:schemas-microsoft-com:office:smarttags" w:element="place">'
     '<w:r><w:t>London</w:t></w:r></w:smartTag><w:r><w:t xml:space="preserve"> is </w:t></w:r>'
     '<w:sdt><w:sdtPr><w:alias w:val="Size"/></w:sdtPr><w:sdtContent><w:r><w:t>very large'
@@ -511,7 +512,9 @@ def test_word_text_in_links_insertions_controls_fields_boxes_and_comments(
     paragraphs = texts(body_element, "./w:p | ./w:sdt/w:sdtContent/w:p")
     assert paragraphs[0] == "AN EXTERNAL LINK IN A POPULAR SITE."
     # The insertion translated with its sentence, the deletion kept as it was.
-    assert paragraphs[1] == "WORDS ADDED HERE removed there STAY."
+    assert paragraphs[1] == "WORDS ADDED HERE removed there STAYPUTHERE."  # a tab, a break
+    assert [etree.QName(child).localname for child in xpath(body_element, "./w:p[2]/w:r")[-1]
+            ] == ["t", "tab", "t", "br", "t"]
     assert texts(body_element, ".//w:del") == ["removed there "]
     assert paragraphs[2] == "LONDON IS VERY LARGE ON PAGE 1 AS OF TODAY."
     assert [node.text for node in xpath(body_element, ".//w:instrText")] == [" DATE "]

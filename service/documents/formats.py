@@ -50,6 +50,7 @@ class DocumentFormat:
 
 
 _UTF8 = "; charset=utf-8"
+RUN_TAGS = ("r", "tab", "lb")  # an office paragraph's runs, and the tabs and breaks in them
 _OFFICE = "application/vnd.openxmlformats-officedocument."
 _ODF = "application/vnd.oasis.opendocument."
 
@@ -68,9 +69,9 @@ REGISTRY = (
     DocumentFormat("xliff", (".xlf", ".xliff"), "application/xliff+xml" + _UTF8, read_xliff,
                    write_xliff, markup=True, inline_tags=XLIFF_INLINE),
     DocumentFormat("docx", (".docx",), _OFFICE + "wordprocessingml.document", read_docx,
-                   write_office, words=docx_text, markup=True, inline_tags=("r",)),
+                   write_office, words=docx_text, markup=True, inline_tags=RUN_TAGS),
     DocumentFormat("pptx", (".pptx",), _OFFICE + "presentationml.presentation", read_pptx,
-                   write_office, words=pptx_text, markup=True, inline_tags=("r",)),
+                   write_office, words=pptx_text, markup=True, inline_tags=RUN_TAGS),
     DocumentFormat("epub", (".epub",), "application/epub+zip", read_epub, write_epub,
                    words=epub_text, markup=True, attributes=READER_ATTRIBUTES),
     # One kind for both: an OpenDocument's media type is the one its extension names.

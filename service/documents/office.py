@@ -119,6 +119,16 @@ def _read_office(data: bytes, what: str, opener: Callable, paragraphs_of: Callab
     return _office(document, paragraphs_of(document))
 
 
+# A tab or a line break inside a run, as a tag the markup machinery keeps in its place: as
+# whitespace it would reach the model as a space and come back as one.
+LAYOUT_TAGS = {"\t": "<tab/>", "\n": "<lb/>"}
+_LAYOUT = re.compile("[\t\n]")
+
+
+def _fragment(text: str) -> str:
+    return _LAYOUT.sub(lambda found: LAYOUT_TAGS[found.group()], html.escape(text, quote=False))
+
+
 def _office(document: docx.document.Document | pptx.presentation.Presentation,
             paragraphs: Iterator) -> tuple[Office, list[str]]:
     runs, texts = [], []
@@ -127,7 +137,7 @@ def _office(document: docx.document.Document | pptx.presentation.Presentation,
         if not "".join(run.text for run in parts).strip():
             continue
         runs.append(parts)
-        texts.append("".join(f'<r i="{i}">{html.escape(run.text, quote=False)}</r>'
+        texts.append("".join(f'<r i="{i}">{_fragment(run.text)}</r>'
                              for i, run in enumerate(parts)))
     return Office(document, runs), texts
 
@@ -163,7 +173,8 @@ def read_pptx(data: bytes) -> tuple[Office, list[str]]:
 
 
 
-_RUN_TAG = re.compile(r'(<r i="\d+">|</r>)')
+_RUN_TAG = re.compile(r'(<r i="\d+">|</r>|<tab/>|<lb/>)')
+_LAYOUT_TEXT = {tag: char for char, tag in LAYOUT_TAGS.items()}
 
 
 def write_office(document: Office, translations: list[str]) -> bytes:
@@ -178,7 +189,8 @@ def write_office(document: Office, translations: list[str]) -> bytes:
             elif piece == "</r>":
                 inside = False
             elif piece:
-                texts[current if inside or current < len(runs) else 0] += html.unescape(piece)
+                texts[current if inside or current < len(runs) else 0] += _LAYOUT_TEXT.get(
+                    piece) or html.unescape(piece)
         for run, text in zip(runs, texts, strict=True):
             run.text = text
     out = io.BytesIO()

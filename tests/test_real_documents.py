@@ -134,6 +134,26 @@ def judge_zipped(source: bytes, result: bytes, suffix: str) -> float:
     return left_in_english(texts_before, texts_after)
 
 
+def judge_book(source: bytes, result: bytes) -> float:
+    """An EPUB: its entries in order (``mimetype`` first and stored), all but the content
+    documents byte for byte, each content document well-formed XHTML with its elements."""
+    with zipfile.ZipFile(io.BytesIO(source)) as before, \
+            zipfile.ZipFile(io.BytesIO(result)) as after:
+        assert after.namelist() == before.namelist()
+        assert after.infolist()[0].compress_type == zipfile.ZIP_STORED
+        texts_before, texts_after = [], []
+        for name in before.namelist():
+            if not name.endswith(".xhtml"):
+                assert after.read(name) == before.read(name), name
+                continue
+            old, new = (etree.fromstring(z.read(name)) for z in (before, after))
+            assert [e.tag for e in new.iter()] == [e.tag for e in old.iter()]
+            body = etree.XPath("//*[local-name()='body']//text()")
+            texts_before += body(old)
+            texts_after += body(new)
+    return left_in_english(texts_before, texts_after)
+
+
 def judge_subtitles(source: bytes, result: bytes, suffix: str) -> float:
     text_before, text_after = source.decode("utf-8"), result.decode("utf-8")
     assert text_after.startswith("\ufeff") == text_before.startswith("\ufeff")
@@ -185,6 +205,8 @@ def test_a_real_document_comes_back_whole_and_translated_through_every_api(
         result = translate(server, name, source)
         if suffix in (".docx", ".pptx", ".odt"):
             untranslated = judge_zipped(source, result, suffix)
+        elif suffix == ".epub":
+            untranslated = judge_book(source, result)
         elif suffix in (".srt", ".vtt"):
             untranslated = judge_subtitles(source, result, suffix)
         else:

@@ -48,6 +48,7 @@ __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "Tr
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
 _DIGITS = re.compile(r"\d+")
+_HTML_SPACE = re.compile(r"\s+")
 # The beam a sentence whose number words came out as other numbers is decoded again with:
 # beam 4's hypotheses held "dreißig" for "thirty" where beam 2's first named "dreiunddreißig"
 # (docs/placeholders.md).
@@ -483,8 +484,9 @@ class Translator:
             markup.parse(text, attributes=options.attributes, ignore=options.ignore_tags,
                          inline=options.inline_tags)
             for text in texts])
-        # A line break inside an element is a space in HTML, not the end of a sentence.
-        segments = [segment.replace("\n", " ") for document in documents
+        # Whitespace inside an element is one space in HTML: neither a line break nor an
+        # indented line's tabs and spaces end a sentence or set off a column there.
+        segments = [_HTML_SPACE.sub(" ", segment) for document in documents
                     for segment in document.segments]
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
                                     return_scores=False, return_sentences=False)

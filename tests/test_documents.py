@@ -800,3 +800,11 @@ def test_markdown_math_and_footnotes_come_back_as_written(server: ServerProcess)
     parser = MarkdownIt("commonmark").use(dollarmath_plugin).use(footnote_plugin)
     kinds = [token.type for token in parser.parse(out)]
     assert kinds.count("math_block") == 1 and "footnote_block_open" in kinds
+
+
+def test_an_indented_html_paragraph_is_one_text(server: ServerProcess) -> None:
+    # Pretty-printed HTML (an EPUB's, an editor's) wraps a sentence over indented lines: in
+    # HTML that is one space, not a line break or a column.
+    out = translated_file(server, "page.html", "<p>\n\t\tThe first line\n\t\tcontinues "
+                                               "here.\n\t</p>")
+    assert out == "<p>\n\t\tTHE FIRST LINE CONTINUES HERE.\n\t</p>"

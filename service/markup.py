@@ -4,8 +4,9 @@
 ``Document.render(translations)`` puts the translations back; everything else comes out
 byte for byte as it went in: tags with their attributes as written, entities, comments, the
 doctype, whitespace, and the whole of ``<script>``, ``<style>``, ``<code>``, ``<pre>``,
-``<textarea>`` (and ``kbd``, ``samp``, ``var``, ``svg``, ``math``) and of any element with
-``translate="no"`` or class ``notranslate``.
+``<textarea>`` (and ``kbd``, ``samp``, ``var``, ``svg``, ``math``, under any namespace prefix:
+``<m:math>``) and of any element with ``translate="no"``, class ``notranslate`` or class
+``math`` (pandoc's TeX).
 
 Segments. Each run of text between block boundaries (block elements' tags, ``<br>``,
 comments, unknown elements, anything left alone) is one segment, without its leading and
@@ -58,6 +59,7 @@ from __future__ import annotations
 import html
 import itertools
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -76,6 +78,8 @@ VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr"
 })
+# Classes that keep an element as written: the web's opt-out, and pandoc's TeX math spans.
+LEFT_ALONE_CLASSES = frozenset({"notranslate", "math"})
 # Classes that mark an inline element as a handle, whatever its text: mentions and hashtags of
 # Mastodon, Pleroma and Misskey, Discourse's "hashtag-cooked" (whose text is a bare "dev"),
 # the microformat card around a mention.
@@ -226,6 +230,8 @@ class _Segment:
             else:  # where its share of the source puts it, between its neighbours
                 places[i] = _word_edge(text, round(shares[i] * len(text)), low, high,
                                        tag.key[0] == "open")
+        text, places = _lone_marks_kept(text, list(itertools.accumulate(places, max)), tags,
+                                        flat)
         encode = self.spelling.encoder()
         out, start = [], 0
         for i, (tag, place) in enumerate(zip(tags, places, strict=True)):
@@ -274,6 +280,26 @@ class _Segment:
             else:
                 words = words or char.isalnum()
         return sides
+
+
+def _lone_marks_kept(text: str, places: list[int], tags: list[_Tag],
+                     flat: list[str | None]) -> tuple[str, list[int]]:
+    """``text`` and the tags' places with each pair that wrapped only punctuation in the
+    source (a Word run holding the sentence's period) given its marks back where the model
+    left the pair empty and the words before it do not already end with them: the model
+    drops a mark that stands alone between tags."""
+    gaps = "".join("\0" if char is None else char for char in flat).split("\0")[1:]
+    for i in range(len(tags) - 1):
+        if tags[i].key[0] != "open" or tags[i + 1].key != ("close", tags[i].key[1]):
+            continue
+        mark = gaps[i].strip()
+        if (not mark or not all(unicodedata.category(c).startswith("P") for c in mark)
+                or text[places[i]:places[i + 1]].strip()
+                or text[:places[i]].rstrip().endswith(mark)):
+            continue
+        text = text[:places[i]] + mark + text[places[i]:]
+        places = places[:i + 1] + [place + len(mark) for place in places[i + 1:]]
+    return text, places
 
 
 def _word_edge(text: str, place: int, low: int, high: int, opening: bool) -> int:
@@ -490,9 +516,13 @@ class _Events(HTMLParser):
 
 
 def _left_alone(name: str, attrs: dict[str, str | None], ignore: frozenset[str]) -> bool:
+    """Whether an element is kept as written: code, math (MathML under any namespace prefix,
+    ``<m:math>``, and pandoc's TeX spans, class ``math``), what the caller names, what is
+    marked not to be translated."""
     classes = (attrs.get("class") or "").split()
-    return (name in UNTRANSLATED or name in ignore
-            or (attrs.get("translate") or "").lower() == "no" or "notranslate" in classes)
+    return (name in UNTRANSLATED or name.rpartition(":")[2] in UNTRANSLATED or name in ignore
+            or (attrs.get("translate") or "").lower() == "no"
+            or not LEFT_ALONE_CLASSES.isdisjoint(classes))
 
 
 def _kept_whole(events: list[tuple[str, int, str, dict[str, str | None]]], ends: list[int],
@@ -611,8 +641,9 @@ def parse(fragment: str, attributes: Sequence[str] = (), ignore: Sequence[str] =
             continue
         if kind == "open" and (kept_whole or _left_alone(name, attrs, ignored)):
             alone, alone_start = (name, 1), start
-            inline_alone = (name in inline_names or name in {"code", "kbd", "samp", "var"}
-                            or name in ignored)
+            # Code and math in a sentence stay in it, as one tag.
+            inline_alone = (name in inline_names or name in ignored or name.rpartition(":")[2]
+                            in {"code", "kbd", "samp", "var", "math"})
             continue
         if kind == "text" or (kind != "other" and (name in inline_names or name in ignored)):
             if kind == "text":

@@ -103,7 +103,7 @@ class PipelineRequest:
     glossary: dict[str, str] | None = None  # or entries given with the request
     # An uploaded document's (filename, media type, kind: service.documents.FORMATS)
     document: tuple[str, str, str] | None = None
-    document_data: bytes | None = None  # a binary document's bytes (texts: its words)
+    document_data: bytes | None = None  # the uploaded file (texts: its words)
 
 
 # The request as an API's parse made it: a ``PipelineRequest``, or one that also carries what

@@ -102,6 +102,13 @@ _FINAL_CLOSERS = "\"'“”‘’«»‹›)]"
 _FINAL_MARKS = regex.compile(rf"[.!?…]+(?=[{regex.escape(_FINAL_CLOSERS)}]*\s*$)")
 
 
+# Markdown's emphasis and strikethrough written in plain text ("**strong**", "*em*",
+# "~~gone~~"): the en-de model deletes the word between asterisks ("Und das ist ******"), so
+# each run of delimiters that opens or closes a word is an item, put back where the model puts
+# its marker. A lone asterisk between spaces or digits ("2 * 3", "5*3") is none.
+_EMPHASIS = r"(?<![\w*~])(?:\*{1,3}|~~)(?=[^\s*~])|(?<=[^\s*~])(?:\*{1,3}|~~)(?![\w*~])"
+
+
 @functools.lru_cache(maxsize=8)
 def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern | None]:
     """The items (with anything that looks like ``marker``) and the markers, spaces inside
@@ -117,7 +124,7 @@ def _patterns(marker: str) -> tuple[regex.Pattern, regex.Pattern, regex.Pattern 
                           + (rf"\s*(?:{after})+\d*" if after else r"(?!\d)"))
     # Markers before printf and brace forms, so that a doubled one is taken whole.
     kinds = (_URL, _EMAIL, _MENTION, _HASHTAG, _SHORTCODE, found.pattern, _PRINTF, _BRACE,
-             _IDENTIFIER, _EMOJI, _NUMBER)
+             _IDENTIFIER, _EMOJI, _NUMBER, _EMPHASIS)
     # A closing half may follow a word ("und17}": the model glued it on); a letter before
     # the digits stands for the opening delimiter only where it starts a word.
     half = regex.compile(rf"{before}\s*(\d+)(?!\d|\s*{after})"

@@ -6,8 +6,9 @@ paragraph breaks, line breaks, indentation and surrounding whitespace exactly as
 
 Sentence boundaries are rule based (the rules Moses' splitter uses, in miniature): a line break
 always ends a sentence (lists, headings and addresses rarely carry final punctuation, and gluing
-lines together would lose the layout), and terminal punctuation followed by whitespace ends one
-unless the next word starts in lower case or the word before is an abbreviation or an initial.
+lines together would lose the layout), so does a tab or a run of spaces (columns), and
+terminal punctuation followed by whitespace ends one unless the next word starts in lower case
+or the word before is an abbreviation or an initial.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ _OPENERS = "\"'“‘«([{¿¡„‚「『（‹"
 _WHITESPACE = re.compile(r"\s+")
 _WORDLIKE = re.compile(r"[^\W_]")  # a letter or a digit, of any script
 _LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+# A tab or a run of spaces inside a line sets text in columns (a --help text, a table in
+# plain text): each column is translated on its own and the space between them kept.
+_COLUMN_GAP = re.compile(r"\t| {2,}")
 _END_AT_TAIL = re.compile(
     rf"([{re.escape(_TERMINALS + _CJK_TERMINALS)}]+)([{re.escape(_CLOSERS)}]*)$"
 )
@@ -37,6 +41,7 @@ _MAY_END = re.compile(
     rf"[{re.escape(_TERMINALS + _CJK_TERMINALS)}][{re.escape(_CLOSERS)}]*\s+"
     rf"|{_LINE_BREAK.pattern}\s*"
     rf"|[{_CJK_TERMINALS}]+[{re.escape(_CLOSERS)}]*(?=\S)"
+    rf"|{_COLUMN_GAP.pattern}"
 )
 # "e.g", "i.e", "U.S", "a.m", "Ph.D": the final dot is the one being judged.
 _DOTTED = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
@@ -91,6 +96,7 @@ def split_sentences(text: str) -> Segmented:
         if (
             at_edge
             or _LINE_BREAK.search(run.group())
+            or _COLUMN_GAP.search(run.group())
             or _ends_sentence(text[sentence_start:start], text[end:])
         ):
             cuts.append((start, end))

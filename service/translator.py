@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -53,6 +54,7 @@ __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "Tr
 
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
+_HTML_SPACE = re.compile(r"\s+")  # whitespace inside an HTML element reads as one space
 WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
 # A document's sentences in flight: requests of this many, this many requests at once.
@@ -278,8 +280,9 @@ class Translator:
             markup.parse(text, attributes=options.attributes, ignore=options.ignore_tags,
                          inline=options.inline_tags)
             for text in texts])
-        # A line break inside an element is a space in HTML, not the end of a sentence.
-        segments = [segment.replace("\n", " ") for document in documents
+        # Whitespace inside an element is one space in HTML: neither a line break nor an
+        # indented line's tabs and spaces end a sentence or set off a column there.
+        segments = [_HTML_SPACE.sub(" ", segment) for document in documents
                     for segment in document.segments]
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
                                     return_scores=False, return_sentences=False)

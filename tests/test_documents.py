@@ -287,6 +287,76 @@ def test_catalogues_and_subtitles_keep_their_structure(server: ServerProcess) ->
         "error"]["message"]
 
 
+def translated_bytes(server: ServerProcess, name: str, content: bytes) -> bytes:
+    """A document translated through DeepL's document API, as the bytes downloaded."""
+    import io
+
+    import deepl
+
+    client, out = deepl.Translator("k1", server_url=server.url), io.BytesIO()
+    client.translate_document(content, out, target_lang="DE", filename=name)
+    return out.getvalue()
+
+
+def test_subtitle_markup_numbering_bom_and_line_ends_kept(server: ServerProcess) -> None:
+    import srt
+    import webvtt
+
+    # A Teams transcript's speakers, a class span, italics and a karaoke timestamp.
+    vtt = ("WEBVTT\n\n00:00:01.000 --> 00:00:04.000 align:start\n<v Roger Bingham>We are "
+           "in <c.yellow>New York</c> <00:00:02.500>city\n<i>right now</i> &amp; here.\n\n"
+           "00:00:05.000 --> 00:00:06.000\n<v.loud Ann>Bye.</v>\n")
+    out = translated_bytes(server, "talk.vtt", vtt.encode()).decode()
+    assert out == ("WEBVTT\n\n00:00:01.000 --> 00:00:04.000 align:start\n<v Roger Bingham>WE "
+                   "ARE IN <c.yellow>NEW YORK</c> <00:00:02.500>CITY\n<i>RIGHT NOW</i> &amp; "
+                   "HERE.\n\n00:00:05.000 --> 00:00:06.000\n<v.loud Ann>BYE.</v>\n")
+    captions = webvtt.from_string(out)
+    assert [caption.voice for caption in captions] == ["Roger Bingham", "Ann"]
+    # SubRip from a Windows subtitle editor: a BOM, CRLF, a font attribute, cues unnumbered.
+    source = ("\ufeff00:00:01,000 --> 00:00:02,500\r\nHello <font face=\"Arial\" "
+              "color=\"#ffff00\">there</font>,\r\n{\\an8}my friend.\r\n\r\n"
+              "00:00:03,000 --> 00:00:04,000\r\n<i>Fine.</i>\r\n\r\n")
+    out = translated_bytes(server, "film.srt", source.encode()).decode("utf-8")
+    assert out == ("\ufeff00:00:01,000 --> 00:00:02,500\r\nHELLO <font face=\"Arial\" "
+                   "color=\"#ffff00\">THERE</font>,\r\n{\\an8}MY FRIEND.\r\n\r\n"
+                   "00:00:03,000 --> 00:00:04,000\r\n<i>FINE.</i>\r\n\r\n")
+    subtitles = list(srt.parse(out.removeprefix("\ufeff")))
+    assert [(s.index, s.start.total_seconds()) for s in subtitles] == [(None, 1.0), (None, 3.0)]
+
+
+ASCII_PO = """msgid ""
+msgstr ""
+"Project-Id-Version: app 1.0\\n"
+"Content-Type: text/plain; charset=ASCII\\n"
+"Content-Transfer-Encoding: 8bit\\n"
+"Language: de\\n"
+
+#: src/main.c:12
+msgid "Quit the application"
+msgstr ""
+"""
+
+
+def test_a_catalogue_declaring_ascii_is_written_as_utf8(server: ServerProcess,
+                                                        tmp_path: Path) -> None:
+    import subprocess
+
+    import polib
+
+    out = translated_bytes(server, "app.po", ASCII_PO.encode()).replace(
+        b"QUIT THE APPLICATION", "Anwendung beenden (ä)".encode())  # German, not ASCII
+    catalogue = polib.pofile(out.decode("utf-8"))
+    assert catalogue.metadata["Content-Type"] == "text/plain; charset=UTF-8"
+    assert catalogue.find("Quit the application").msgstr == "Anwendung beenden (ä)"
+    (tmp_path / "app.po").write_bytes(out)
+    # Compiled with the fuzzy translations (this service marks its own fuzzy for review).
+    checked = subprocess.run(["msgfmt", "--check", "--use-fuzzy", "-o", str(tmp_path / "app.mo"),
+                              str(tmp_path / "app.po")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert polib.mofile(str(tmp_path / "app.mo")).find("Quit the application").msgstr == (
+        "Anwendung beenden (ä)")
+
+
 def word_document(path: Path) -> Path:
     import docx
 
@@ -362,6 +432,170 @@ def test_word_documents_keep_runs_tables_and_headers(server: ServerProcess,
                          (bomb.getvalue(), "zip bomb")):
         with pytest.raises(deepl.DeepLException, match=why):
             client.translate_document(content, None, target_lang="DE", filename="a.docx")
+
+
+# Paragraphs as Word writes them where python-docx's ``Paragraph.runs`` does not look: a
+# hyperlink, a tracked insertion beside a deletion, a smart tag, an inline and a block content
+# control, a field (its code kept, its result translated), a text box in DrawingML with its
+# VML fallback, and a lone period in a run of its own.
+WORD_HIDDEN_RUNS = (
+    '<w:p><w:r><w:t xml:space="preserve">An external link in </w:t></w:r><w:hyperlink '
+    'r:id="rIdLink"><w:r><w:rPr><w:rStyle w:val="Hyperlink"/></w:rPr><w:t>a popular site'
+    '</w:t></w:r></w:hyperlink><w:r><w:t>.</w:t></w:r></w:p>'
+    '<w:p><w:r><w:t xml:space="preserve">Words </w:t></w:r><w:ins w:id="1" w:author="A" '
+    'w:date="2024-01-01T00:00:00Z"><w:r><w:t xml:space="preserve">added here </w:t></w:r>'
+    '</w:ins><w:del w:id="2" w:author="A" w:date="2024-01-01T00:00:00Z"><w:r><w:delText>'
+    'removed there </w:delText></w:r></w:del><w:r><w:t>stay</w:t><w:tab/><w:t>put</w:t><w:br/>'
+    '<w:t>here.</w:t></w:r></w:p>'
+    '<w:p><w:smartTag w:uri="urn:schemas-microsoft-com:office:smarttags" w:element="place">'
+    '<w:r><w:t>London</w:t></w:r></w:smartTag><w:r><w:t xml:space="preserve"> is </w:t></w:r>'
+    '<w:sdt><w:sdtPr><w:alias w:val="Size"/></w:sdtPr><w:sdtContent><w:r><w:t>very large'
+    '</w:t></w:r></w:sdtContent></w:sdt><w:r><w:t xml:space="preserve"> on page </w:t></w:r>'
+    '<w:fldSimple w:instr=" PAGE "><w:r><w:t>1</w:t></w:r></w:fldSimple><w:r>'
+    '<w:t xml:space="preserve"> as of </w:t></w:r><w:r>'
+    '<w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText xml:space="preserve"> DATE '
+    '</w:instrText></w:r><w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>today'
+    '</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r><w:r><w:t>.</w:t></w:r></w:p>'
+    '<w:sdt><w:sdtPr><w:alias w:val="Block"/></w:sdtPr><w:sdtContent><w:p><w:r><w:t>A block '
+    'control holds this.</w:t></w:r></w:p></w:sdtContent></w:sdt>'
+    '<w:p><w:r><w:t xml:space="preserve">Before the box </w:t></w:r><w:r><mc:AlternateContent>'
+    '<mc:Choice Requires="wps"><w:drawing><wp:anchor><a:graphic><a:graphicData uri="http://'
+    'schemas.microsoft.com/office/word/2010/wordprocessingShape"><wps:wsp><wps:txbx>'
+    '<w:txbxContent><w:p><w:r><w:t>Text in a box.</w:t></w:r></w:p></w:txbxContent>'
+    '</wps:txbx></wps:wsp></a:graphicData></a:graphic></wp:anchor></w:drawing></mc:Choice>'
+    '<mc:Fallback><w:pict><v:shape><v:textbox><w:txbxContent><w:p><w:r><w:t>Text in a box.'
+    '</w:t></w:r></w:p></w:txbxContent></v:textbox></v:shape></w:pict></mc:Fallback>'
+    '</mc:AlternateContent></w:r><w:r><w:t>and after it.</w:t></w:r></w:p>')
+
+
+def test_word_text_in_links_insertions_controls_fields_boxes_and_comments(
+        server: ServerProcess, tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    import docx
+    from lxml import etree
+
+    document = docx.Document()
+    commented = document.add_paragraph("Commented words.")
+    document.add_comment(commented.runs, text="Check this sentence.", author="Reviewer")
+    source = tmp_path / "hidden.docx"
+    document.save(source)
+    with zipfile.ZipFile(source) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    body = parts["word/document.xml"].decode()  # its root declares wps, wp, mc, v, r
+    body = body.replace("<w:document ", '<w:document xmlns:a="http://schemas.openxmlformats.'
+                        'org/drawingml/2006/main" ', 1)
+    parts["word/document.xml"] = body.replace("<w:body>", "<w:body>" + WORD_HIDDEN_RUNS,
+                                              1).encode()
+    parts["word/_rels/document.xml.rels"] = parts["word/_rels/document.xml.rels"].replace(
+        b"</Relationships>", b'<Relationship Id="rIdLink" Type="http://schemas.openxmlformats.'
+        b'org/officeDocument/2006/relationships/hyperlink" Target="https://example.com" '
+        b'TargetMode="External"/></Relationships>')
+    with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(source, tmp_path / "hidden.de.docx",
+                                            target_lang="DE")
+    translated = docx.Document(tmp_path / "hidden.de.docx")
+    def xpath(element: etree._Element, path: str) -> list:
+        return etree.XPath(path, namespaces={"w": W})(element)
+
+    def texts(element: etree._Element, path: str) -> list[str]:
+        """Each node's text as Word shows it with its changes marked: its w:t and w:delText,
+        in order (python-docx's elements redefine lxml's itertext)."""
+        return ["".join(xpath(node, ".//w:t/text() | .//w:delText/text()"))
+                for node in xpath(element, path)]
+
+    body_element = translated.element.body
+    paragraphs = texts(body_element, "./w:p | ./w:sdt/w:sdtContent/w:p")
+    assert paragraphs[0] == "AN EXTERNAL LINK IN A POPULAR SITE."
+    # The insertion translated with its sentence, the deletion kept as it was.
+    assert paragraphs[1] == "WORDS ADDED HERE removed there STAYPUTHERE."  # a tab, a break
+    assert [etree.QName(child).localname for child in xpath(body_element, "./w:p[2]/w:r")[-1]
+            ] == ["t", "tab", "t", "br", "t"]
+    assert texts(body_element, ".//w:del") == ["removed there "]
+    assert paragraphs[2] == "LONDON IS VERY LARGE ON PAGE 1 AS OF TODAY."
+    assert [node.text for node in xpath(body_element, ".//w:instrText")] == [" DATE "]
+    assert paragraphs[3] == "A BLOCK CONTROL HOLDS THIS."
+    assert texts(body_element, ".//w:txbxContent/w:p") == ["TEXT IN A BOX."] * 2
+    assert paragraphs[4].startswith("BEFORE THE BOX ") and paragraphs[4].endswith(
+        "AND AFTER IT.")
+    assert translated.paragraphs[-1].text == "COMMENTED WORDS."
+    assert [c.text for c in translated.comments] == ["CHECK THIS SENTENCE."]
+    link = xpath(body_element, ".//w:hyperlink")[0]
+    assert link.get(docx.oxml.ns.qn("r:id")) == "rIdLink"
+
+
+def zip_by_hand(entries: list[tuple[str, bytes, int, int]]) -> bytes:
+    """A zip written byte by byte: each entry (name, deflated data, CRC-32, the inflated size
+    its headers declare), so that a header can say what its data is not."""
+    import struct
+
+    body, directory = b"", b""
+    for name, packed, crc, declared in entries:
+        fields = (20, 0, 8, 0, 0, crc, len(packed), declared, len(name.encode()), 0)
+        directory += struct.pack("<4s2H" + "4H3L3H2HLL", b"PK\x01\x02", 20, *fields, 0, 0,
+                                 0, 0, len(body)) + name.encode()
+        body += struct.pack("<4sH" + "4H3L2H", b"PK\x03\x04", *fields) + name.encode() + packed
+    return body + directory + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(entries),
+                                          len(entries), len(directory), len(body), 0)
+
+
+def deflated(chunks: Iterator[bytes]) -> tuple[bytes, int, int]:
+    """Raw deflate data of the chunks, their CRC-32 and their size, a chunk at a time."""
+    import zlib
+
+    packer, crc, size, packed = zlib.compressobj(9, zlib.DEFLATED, -15), 0, 0, []
+    for chunk in chunks:
+        crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        packed.append(packer.compress(chunk))
+    return b"".join(packed) + packer.flush(), crc, size
+
+
+def lying_docx(tmp_path: Path) -> bytes:
+    """A real Word document with one more entry: 256 MB of zeros (a quarter of a megabyte
+    deflated) whose headers say it holds 1,000 bytes."""
+    import zipfile
+
+    source = word_document(tmp_path / "honest.docx")
+    entries = []
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            entries.append((info.filename, *deflated(iter([archive.read(info)]))))
+    packed, crc, _ = deflated(bytes(1 << 20) for _ in range(256))
+    entries.append(("word/media/image1.png", packed, crc, 1000))
+    return zip_by_hand(entries)
+
+
+def test_a_zip_entry_lying_about_its_size_is_refused_within_bounded_memory(
+        server: ServerProcess, tmp_path: Path) -> None:
+    import tracemalloc
+
+    import deepl
+
+    from service.documents.archives import check_zip
+
+    lying = lying_docx(tmp_path)
+    assert len(lying) < 1_500_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(DocumentError, match="more than the 1000 bytes its header declares"):
+            check_zip(lying, "DOCX file")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(lying)  # the upload and a copy of one entry, never its inflation
+    # Honest headers pass (the document the liar was made from), and the API says why not.
+    honest = word_document(tmp_path / "again.docx").read_bytes()
+    check_zip(honest, "DOCX file")
+    client = deepl.Translator("k1", server_url=server.url)
+    with pytest.raises(deepl.DeepLException, match="its header declares"):
+        client.translate_document(lying, None, target_lang="DE", filename="a.docx")
+    for name in ("empty.docx", "empty.odt", "empty.epub", "empty.pptx"):
+        with pytest.raises(deepl.DeepLException, match=r"is empty \(0 bytes\)"):
+            client.translate_document(b"", None, target_lang="DE", filename=name)
 
 
 def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_path: Path) -> None:
@@ -460,6 +694,69 @@ def test_opendocument_text_keeps_its_spans(server: ServerProcess, tmp_path: Path
             '</text:p>') in content
 
 
+ODF_NAMESPACES = (
+    'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+    'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+    'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+    'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+    'xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0" '
+    'xmlns:xlink="http://www.w3.org/1999/xlink"')
+# A long body paragraph anchoring a picture and a text box and holding a footnote, as
+# LibreOffice writes them, and a page header and footer in styles.xml.
+ODT_ANCHORS = (
+    f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ODF_NAMESPACES} '
+    'office:version="1.3"><office:body><office:text><text:p text:style-name="P1">The results '
+    '<draw:frame draw:name="Image1" text:anchor-type="char" svg:width="2cm"><draw:image '
+    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title></draw:frame>are shown here'
+    '<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation>1'
+    '</text:note-citation><text:note-body><text:p text:style-name="Footnote">See the appendix.'
+    '</text:p></text:note-body></text:note> and discussed below.<draw:frame draw:name="Box">'
+    '<draw:text-box>'
+    '<text:p>Words in a box.</text:p></draw:text-box></draw:frame></text:p>'
+    '</office:text></office:body></office:document-content>')
+ODT_STYLES = (
+    f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-styles {ODF_NAMESPACES} '
+    'office:version="1.3"><office:styles><style:style style:name="Standard"/></office:styles>'
+    '<office:master-styles><style:master-page style:name="Standard"><style:header><text:p>'
+    'Quarterly report</text:p></style:header><style:footer><text:p>Page <text:page-number>1'
+    '</text:page-number> of the draft</text:p></style:footer></style:master-page>'
+    '</office:master-styles></office:document-styles>')
+
+
+def test_opendocument_frames_notes_headers_and_footers(server: ServerProcess,
+                                                       tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    from lxml import etree
+
+    document = tmp_path / "report.odt"
+    with zipfile.ZipFile(document, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text",
+                         compress_type=zipfile.ZIP_STORED)
+        archive.writestr("content.xml", ODT_ANCHORS)
+        archive.writestr("styles.xml", ODT_STYLES)
+        archive.writestr("Pictures/a.png", b"\x89PNG not really")
+    client = deepl.Translator("k1", server_url=server.url)
+    client.translate_document_from_filepath(document, tmp_path / "report.de.odt",
+                                            target_lang="DE")
+    text = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+    with zipfile.ZipFile(tmp_path / "report.de.odt") as archive:
+        content = etree.fromstring(archive.read("content.xml"))
+        styles = etree.fromstring(archive.read("styles.xml"))
+        assert archive.read("Pictures/a.png") == b"\x89PNG not really"
+    body = content.find(f".//{text}p")
+    own = [body.text] + [child.tail for child in body]
+    assert own == ["THE RESULTS ", "ARE SHOWN HERE", " AND DISCUSSED BELOW.", None]
+    assert [etree.QName(child).localname for child in body] == ["frame", "note", "frame"]
+    assert body[0][0].get("{http://www.w3.org/1999/xlink}href") == "Pictures/a.png"
+    inner = ["".join(p.itertext()) for p in body.iter(f"{text}p") if p is not body]
+    assert inner == ["SEE THE APPENDIX.", "WORDS IN A BOX."]
+    assert body.find(f".//{text}note-citation").text == "1"
+    assert ["".join(p.itertext()) for p in styles.iter(f"{text}p")] == [
+        "QUARTERLY REPORT", "PAGE 1 OF THE DRAFT"]
+
+
 def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProcess) -> None:
     from markdown_it import MarkdownIt
 
@@ -486,3 +783,28 @@ def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProces
         return [token.type for token in MarkdownIt("commonmark").enable("table").parse(text)]
 
     assert blocks(out) == blocks(source)  # the same structure, block for block
+
+
+def test_markdown_math_and_footnotes_come_back_as_written(server: ServerProcess) -> None:
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+    from mdit_py_plugins.footnote import footnote_plugin
+
+    source = ("Einstein wrote $E = mc^2$ in a paper[^1] and **this** too.\n\n"
+              "$$\n\\int_0^1 x_i \\, dx = \\frac{1}{2}\n$$\n\n"
+              "[^1]: A note with *emphasis* and $a_i$.\n")
+    out = translated_file(server, "physics.md", source)
+    assert out == ("EINSTEIN WROTE $E = mc^2$ IN A PAPER[^1] AND **THIS** TOO.\n\n"
+                   "$$\n\\int_0^1 x_i \\, dx = \\frac{1}{2}\n$$\n\n"
+                   "[^1]: A NOTE WITH *EMPHASIS* AND $a_i$.\n")
+    parser = MarkdownIt("commonmark").use(dollarmath_plugin).use(footnote_plugin)
+    kinds = [token.type for token in parser.parse(out)]
+    assert kinds.count("math_block") == 1 and "footnote_block_open" in kinds
+
+
+def test_an_indented_html_paragraph_is_one_text(server: ServerProcess) -> None:
+    # Pretty-printed HTML (an EPUB's, an editor's) wraps a sentence over indented lines: in
+    # HTML that is one space, not a line break or a column.
+    out = translated_file(server, "page.html", "<p>\n\t\tThe first line\n\t\tcontinues "
+                                               "here.\n\t</p>")
+    assert out == "<p>\n\t\tTHE FIRST LINE CONTINUES HERE.\n\t</p>"

@@ -187,6 +187,32 @@ def test_an_inline_element_left_alone_stays_whole_inside_its_sentence():
     assert "<code>rm -rf &lt;dir&gt;</code>" in document.render(["Vorsichtig ausführen."])
 
 
+def test_math_under_any_prefix_and_pandocs_tex_spans_stay_whole_in_their_sentence():
+    fragment = ('<p>The area <m:math xmlns:m="http://www.w3.org/1998/Math/MathML"><m:mi>area'
+                '</m:mi><m:mo>=</m:mo><m:msup><m:mi>r</m:mi><m:mn>2</m:mn></m:msup></m:math> '
+                'grows with <span class="math inline">\\(r^2\\)</span> fast.</p>'
+                '<p><mml:math display="block"><mml:mtext>Sum of all</mml:mtext></mml:math></p>'
+                '<p><span class="math display">\\[\\text{total} = 1\\]</span></p>')
+    document = parse(fragment)
+    assert document.segments == ["The area <m:math/> grows with <span/> fast."]
+    out = document.render(["Die Fläche <m:math/> wächst schnell mit <span/>."])
+    assert out == fragment.replace("The area", "Die Fläche").replace(
+        "grows with", "wächst schnell mit").replace(
+        "</span> fast.", "</span>.")
+
+
+def test_a_mark_alone_between_tags_stays_when_the_model_drops_it():
+    # A Word paragraph whose period is a run of its own: the model keeps the tags, not it.
+    document = parse('<r i="0">An external link in </r><r i="1">a popular site</r>'
+                     '<r i="2">.</r>', inline=("r",))
+    assert document.segments == ["<r>An external link in </r><r>a popular site</r><r>.</r>"]
+    assert document.render(["<r>Ein externer Link in </r><r>eine beliebte Seite</r><r></r>"]) == (
+        '<r i="0">Ein externer Link in </r><r i="1">eine beliebte Seite</r><r i="2">.</r>')
+    # Where the model moved it into the words before, it is not doubled.
+    assert document.render(["<r>Ein Link in </r><r>einer Seite.</r><r></r>"]) == (
+        '<r i="0">Ein Link in </r><r i="1">einer Seite.</r><r i="2"></r>')
+
+
 def test_tag_like_text_in_the_source_is_kept_too():
     document = parse("<p>if a < b > c then</p>")
     out = document.render(["wenn a c dann"])

@@ -41,6 +41,9 @@ def count(item: str, text: str) -> int:
          [":blobcat:", "\u200b:blob_cat+1:\u200b", "10:30:45"]),
         ("Set max_length in config_file.txt; builds [[shippart FU_TRANSPATIAL_DRIVE]].",
          ["max_length", "config_file.txt", "FU_TRANSPATIAL_DRIVE"]),
+        # Emphasis written in plain text: the model deletes what sits between asterisks.
+        ("And this is **strong**, *this* and ***both***; ~~gone~~ too.",
+         ["**", "**", "*", "*", "***", "***", "~~", "~~"]),
     ],
 )
 def test_each_kind_is_masked_and_comes_back(text, items):
@@ -51,6 +54,14 @@ def test_each_kind_is_masked_and_comes_back(text, items):
     restored = protected.restore(protected.text)
     assert restored.text == text
     assert restored.by_model == tuple(range(len(items))) and restored.by_rule == ()
+
+
+def test_asterisks_that_emphasise_nothing_stay_for_the_model():
+    assert protect("Multiply two * three or 5*3, see the * mark and a ** b.").items == ("5", "3")
+    # The word between the delimiters stays the model's to translate.
+    protected = protect("And this is **strong**.")
+    assert protected.text == "And this is {0}strong{1}."
+    assert protected.restore("Und das ist {0}stark{1}.").text == "Und das ist **stark**."
 
 
 def test_digits_inside_words_stay_for_the_model():

@@ -78,6 +78,18 @@ def test_join_of_originals_restores_text_exactly(text: str) -> None:
     assert all(piece == piece.strip() and piece for piece in segmented.pieces)
 
 
+def test_columns_set_with_tabs_and_spaces_are_translated_apart_and_keep_their_gaps() -> None:
+    text = "Usage: app [options]\n  -h, --help     Show this help.\nName\t\tValue"
+    segmented = split_sentences(text)
+    assert segmented.pieces == ("Usage: app [options]", "-h, --help", "Show this help.",
+                                "Name", "Value")
+    assert segmented.separators == ("", "\n  ", "     ", "\n", "\t\t", "")
+    assert segmented.join(["A", "B", "C", "D", "E"]) == "A\n  B     C\nD\t\tE"
+    assert estimate_sentences(text) >= len(segmented.pieces)
+    # One space between words is a sentence's own.
+    assert split_sentences("Show this help.").pieces == ("Show this help.",)
+
+
 def test_whitespace_only_text_has_no_pieces() -> None:
     for text in ["", "   ", "\n\n", " \t\r\n "]:
         segmented = split_sentences(text)

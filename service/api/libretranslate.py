@@ -27,7 +27,7 @@ from service import pipeline
 from service.api.fields import compat_fields, text_list
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_shape
 from service.api.uploads import document_request, download, translated_name
-from service.documents import DONE, FORMATS
+from service.documents import DONE, extensions
 from service.errors import ShapedRoute
 from service.languages import language_name
 from service.pipeline import PipelineError, PipelineRequest, keyed_body, require_ready
@@ -213,7 +213,7 @@ async def frontend_settings(request: Request) -> JSONResponse:
         "keyRequired": state.keys.required,
         "suggestions": False,
         "filesTranslation": True,
-        "supportedFilesFormat": sorted(FORMATS),
+        "supportedFilesFormat": extensions("libretranslate"),
         "language": {
             "source": {"code": source, "name": language_name(source)},
             "target": {"code": target, "name": language_name(target)},

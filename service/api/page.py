@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from service.documents import FORMATS
+from service.documents import extensions
 from service.state import State
 
 PAGE_DIR = Path(__file__).resolve().parent.parent / "page"
@@ -83,7 +83,7 @@ async def page(request: Request) -> Response:
 async def page_settings(state: State) -> PageSettings:
     settings = state.settings
     return PageSettings(key_required=state.keys.required, max_chars=settings.max_chars,
-                        max_beam=settings.max_beam, documents=sorted(FORMATS),
+                        max_beam=settings.max_beam, documents=extensions(),
                         max_document_chars=settings.max_document_chars)
 
 

@@ -9,15 +9,10 @@ from urllib.parse import quote
 from fastapi.responses import Response
 
 from service.documents import (
-    BINARY,
-    INLINE_TAGS,
-    STRUCTURED,
-    TEXT_ATTRIBUTES,
     DocumentError,
     DocumentJob,
-    document_kind,
+    document_format,
     document_text,
-    office_text,
     read_upload,
 )
 from service.pipeline import PipelineError, PipelineRequest
@@ -36,17 +31,16 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     fields it cannot honour. A source left out (or "auto") is detected."""
     try:
         upload = read_upload(body, content_type)
-        kind, media_type = document_kind(upload.filename)
-        if kind in BINARY:  # the words, for limits and detection; the file goes as it came
-            text = office_text(kind, upload.data)
+        file_format = document_format(upload.filename)
+        if file_format.words is not None:  # zipped: its words, for limits and detection
+            text = file_format.words(upload.data)
             if len(text) > settings.max_document_chars:
                 raise DocumentError(f"The document has {len(text)} characters; at most "
                                     f"{settings.max_document_chars} (MAX_DOCUMENT_CHARS).",
                                     status=413)
         else:
             text = document_text(upload.data, settings.max_document_chars)
-            if kind in STRUCTURED:  # refused now, with a 400, rather than failing as a job
-                STRUCTURED[kind][0](text)
+            file_format.read(text)  # refused now, with a 400, rather than as a job
     except DocumentError as exc:
         code = "document_too_large" if exc.status == 413 else "invalid_document"
         raise PipelineError(code, str(exc), exc.field) from None
@@ -58,18 +52,16 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
     given = fields.get(source, "").strip()
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
-    # HTML, XLIFF's sources, Markdown's inlines and an office paragraph's runs keep their
-    # markup.
-    marked = ("html", "xliff", "markdown", *BINARY)
-    options = TranslateOptions(format="html" if kind in marked else "text",
-                               inline_tags=INLINE_TAGS.get(kind, ()),
-                               attributes=TEXT_ATTRIBUTES.get(kind, ()))
+    options = TranslateOptions(format="html" if file_format.markup else "text",
+                               inline_tags=file_format.inline_tags,
+                               attributes=file_format.attributes)
     return PipelineRequest([text], options, source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",
                            glossary_id=glossary_id or None,
-                           document=(upload.filename, media_type, kind),
-                           document_data=upload.data if kind in BINARY else None)
+                           document=(upload.filename, file_format.media_type,
+                                     file_format.name),
+                           document_data=upload.data)
 
 
 def translated_name(filename: str) -> str:

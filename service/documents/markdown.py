@@ -47,7 +47,9 @@ def _parser() -> MarkdownIt:
     mdit.options["store_labels"] = True  # reference links keep their labels
     mdit.options["codeformatters"] = {}
     mdit.options["parser_extension"] = []
-    for plugin in (mdformat.plugins.PARSER_EXTENSIONS["gfm"], FRONT_MATTER):
+    # GitHub's flavour, footnotes and TeX math ($...$, $$...$$): written back as they came.
+    for plugin in (*(mdformat.plugins.PARSER_EXTENSIONS[name]
+                     for name in ("gfm", "footnote", "dollarmath")), FRONT_MATTER):
         mdit.options["parser_extension"].append(plugin)
         plugin.update_mdit(mdit)
     return mdit
@@ -62,12 +64,25 @@ class Markdown:
     to_html: RendererHTML
 
 
+def _to_html() -> RendererHTML:
+    """markdown-it's HTML renderer, with TeX math and footnote references as code spans: the
+    markup machinery keeps each whole, one tag in its sentence, and it comes back as written."""
+    renderer = RendererHTML()
+
+    def as_code(tokens: list[Token], index: int, options: dict, env: dict) -> str:
+        return f"<code>{html.escape(tokens[index].content, quote=False)}</code>"
+
+    for kind in ("math_inline", "math_inline_double", "footnote_ref"):
+        renderer.rules[kind] = as_code
+    return renderer
+
+
 def read_markdown(text: str) -> tuple[Markdown, list[str]]:
     """A Markdown document and its texts: each inline (paragraph, heading, cell) holding a
     word, as HTML, and each HTML block."""
     parser, env = _parser(), {}
     tokens = parser.parse(text, env)
-    to_html = RendererHTML()
+    to_html = _to_html()
     translated, texts = [], []
     for token in tokens:
         if token.type == "inline" and any(child.type == "text" and _WORD.search(child.content)

@@ -1,0 +1,105 @@
+"""The formats a document may have: one entry each, naming how it is read into texts, how it
+is written back around their translations, how those texts reach the Translator (their markup
+and inline tags), and which file names, media type and APIs it has. Adding a format is adding
+an entry here; the APIs read their lists of accepted files from this registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from service.documents.epub import epub_text, read_epub, write_epub
+from service.documents.errors import DocumentError
+from service.documents.markdown import read_markdown, write_markdown
+from service.documents.odf import odf_text, read_odf, write_odf
+from service.documents.office import docx_text, pptx_text, read_docx, read_pptx, write_office
+from service.documents.plain import (
+    READER_ATTRIBUTES,
+    read_html,
+    read_text,
+    write_html,
+    write_text,
+)
+from service.documents.po import read_po, write_po
+from service.documents.subtitles import read_srt, read_vtt, write_srt, write_vtt
+from service.documents.xliff import XLIFF_INLINE, read_xliff, write_xliff
+
+# The APIs with a document route: the service's own, DeepL's and LibreTranslate's.
+APIS = frozenset({"native", "deepl", "libretranslate"})
+
+
+@dataclass(frozen=True)
+class DocumentFormat:
+    name: str  # the job's kind, as recorded in the shared store
+    extensions: tuple[str, ...]
+    media_type: str  # the translated file's
+    read: Callable[[Any], tuple[Any, list[str]]]  # the file (text or bytes) -> (document, texts)
+    write: Callable[[Any, list[str]], str | bytes]  # (document, translations) -> the file
+    # For a zipped format, read as bytes: its words (for limits and detection), else None.
+    words: Callable[[bytes], str] | None = None
+    markup: bool = False  # texts go to the Translator as markup (format "html")
+    inline_tags: tuple[str, ...] = ()  # elements besides HTML's that sit inside a sentence
+    attributes: tuple[str, ...] = ()  # attributes a reader sees, translated too
+    apis: frozenset[str] = APIS
+
+    @property
+    def binary(self) -> bool:
+        return self.words is not None
+
+
+_UTF8 = "; charset=utf-8"
+RUN_TAGS = ("r", "tab", "lb")  # an office paragraph's runs, and the tabs and breaks in them
+_OFFICE = "application/vnd.openxmlformats-officedocument."
+_ODF = "application/vnd.oasis.opendocument."
+
+REGISTRY = (
+    DocumentFormat("text", (".txt",), "text/plain" + _UTF8, read_text, write_text),
+    DocumentFormat("html", (".html", ".htm"), "text/html" + _UTF8, read_html, write_html,
+                   markup=True, attributes=READER_ATTRIBUTES),
+    DocumentFormat("markdown", (".md", ".markdown"), "text/markdown" + _UTF8, read_markdown,
+                   write_markdown, markup=True, attributes=("alt", "title")),
+    DocumentFormat("po", (".po", ".pot"), "text/x-gettext-translation" + _UTF8, read_po,
+                   write_po),
+    DocumentFormat("srt", (".srt",), "application/x-subrip" + _UTF8, read_srt, write_srt,
+                   markup=True, inline_tags=("c",)),
+    DocumentFormat("vtt", (".vtt",), "text/vtt" + _UTF8, read_vtt, write_vtt,
+                   markup=True, inline_tags=("c",)),
+    DocumentFormat("xliff", (".xlf", ".xliff"), "application/xliff+xml" + _UTF8, read_xliff,
+                   write_xliff, markup=True, inline_tags=XLIFF_INLINE),
+    DocumentFormat("docx", (".docx",), _OFFICE + "wordprocessingml.document", read_docx,
+                   write_office, words=docx_text, markup=True, inline_tags=RUN_TAGS),
+    DocumentFormat("pptx", (".pptx",), _OFFICE + "presentationml.presentation", read_pptx,
+                   write_office, words=pptx_text, markup=True, inline_tags=RUN_TAGS),
+    DocumentFormat("epub", (".epub",), "application/epub+zip", read_epub, write_epub,
+                   words=epub_text, markup=True, attributes=READER_ATTRIBUTES),
+    # One kind for both: an OpenDocument's media type is the one its extension names.
+    DocumentFormat("odf", (".odt",), _ODF + "text", read_odf, write_odf, words=odf_text,
+                   markup=True, inline_tags=("t",)),
+    DocumentFormat("odf", (".odp",), _ODF + "presentation", read_odf, write_odf,
+                   words=odf_text, markup=True, inline_tags=("t",)),
+)
+FORMATS = {entry.name: entry for entry in REGISTRY}  # by kind
+BY_EXTENSION = {extension: entry for entry in REGISTRY for extension in entry.extensions}
+
+
+def extensions(api: str = "native") -> list[str]:
+    """The file extensions ``api``'s document route takes, sorted."""
+    return sorted(extension for extension, entry in BY_EXTENSION.items() if api in entry.apis)
+
+
+def document_format(filename: str, api: str = "native") -> DocumentFormat:
+    """The format a file's extension names, or a DocumentError listing those ``api`` takes."""
+    suffix = PurePath(filename).suffix.lower()
+    entry = BY_EXTENSION.get(suffix)
+    if entry is None or api not in entry.apis:
+        raise DocumentError(f"Invalid file extension '{suffix or filename}': this service "
+                            f"translates {', '.join(extensions(api))}.")
+    return entry
+
+
+def document_kind(filename: str) -> tuple[str, str]:
+    """(kind, media type) by the file's extension, or a DocumentError."""
+    entry = document_format(filename)
+    return entry.name, entry.media_type

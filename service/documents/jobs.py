@@ -1,0 +1,305 @@
+"""Document jobs: each upload translated in the background through the same Translator (and
+so the same continuous batching) as everyone's texts, and kept until downloaded.
+
+Jobs (``DocumentJobs``) run in the process that accepted them, at most MAX_DOCUMENTS at
+once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded. Each has a
+``document_key``, a secret its uploader must show to see its status or download it (DeepL's
+scheme). With a shared state store (STATE_URL) each job's record (its key's digest, status,
+file name) is written there before its id is answered and again when it ends, with the
+translated file, both expiring after DOCUMENT_TTL_S: a client that polls another replica reads
+its status and downloads its file there. While a job runs, its replica renews a lease beside
+the record every third of DOCUMENT_LEASE_S; a running job whose lease has lapsed (its replica
+died) reads as failed on every other replica, rather than running until its record expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+
+import redis.asyncio
+
+from service.documents.formats import FORMATS
+from service.shared_state import PREFIX, StateStore, StoreDown, digest, stored_owner
+from service.translator import Pair, TextResult
+
+QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
+
+
+@dataclass(frozen=True)
+class TextLayout:
+    """What a text file holds besides its text: a byte-order mark and Windows line ends,
+    taken off before it is read (its readers expect neither) and put back when written."""
+
+    bom: bool
+    crlf: bool
+
+    @classmethod
+    def of(cls, text: str) -> TextLayout:
+        body = text.removeprefix("\ufeff")
+        return cls(body != text, "\r\n" in body and "\n" not in body.replace("\r\n", ""))
+
+    def plain(self, text: str) -> str:
+        text = text.removeprefix("\ufeff")
+        return text.replace("\r\n", "\n") if self.crlf else text
+
+    def restored(self, text: str) -> bytes:
+        text = text.replace("\n", "\r\n") if self.crlf else text
+        return (("\ufeff" if self.bom else "") + text).encode("utf-8")
+
+
+@dataclass
+class DocumentJob:
+    document_id: str
+    document_key: str
+    owner: str
+    filename: str
+    kind: str
+    media_type: str
+    pair: Pair
+    characters: int
+    status: str = QUEUED
+    result: bytes | None = None
+    error: str | None = None
+    created: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    task: asyncio.Task[None] | None = None
+    local: bool = True  # run by this process (else read from the shared store)
+    published: bool = False  # its record written to the shared store
+
+    def seconds_remaining(self) -> int | None:
+        return 0 if self.status == DONE else None
+
+
+Translate = Callable[[list[str]], Awaitable[list[TextResult]]]
+
+
+class DocumentJobs:
+    """The documents being translated or waiting for their download."""
+
+    def __init__(self, max_jobs: int, ttl_s: float, store: StateStore | None = None,
+                 lease_s: float = 30.0) -> None:
+        self.max_jobs = max_jobs
+        self.ttl_s = ttl_s
+        self.store = store
+        self.lease_s = lease_s
+        self._jobs: dict[str, DocumentJob] = {}
+        self._publishing: set[asyncio.Task[None]] = set()
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if job.finished is not None and now - job.finished > self.ttl_s:
+                del self._jobs[job.document_id]
+
+    def full(self) -> bool:
+        self.expire()
+        return len(self._jobs) >= self.max_jobs
+
+    async def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
+                    text: str | bytes, translate: Translate, characters: int) -> DocumentJob:
+        """A job for ``text`` (the file's bytes for a binary format), translated by
+        ``translate`` (texts in, results out) in the background; with a shared store, its
+        record is there before this returns (or, while the store is down, as soon as it
+        answers again)."""
+        job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
+                          secrets.token_hex(32).upper(), owner, filename, kind, media_type,
+                          pair, characters)
+        self._jobs[job.document_id] = job
+        if self.store is not None:
+            try:
+                await self._publish(job)
+            except StoreDown:
+                self._publish_later(job)
+            self._keep_leased(job)
+        job.task = asyncio.get_running_loop().create_task(self._run(job, text, translate))
+        return job
+
+    async def _run(self, job: DocumentJob, text: str | bytes, translate: Translate) -> None:
+        job.status = TRANSLATING
+        try:
+            document_format = FORMATS[job.kind]
+            if isinstance(text, bytes) and not document_format.binary:
+                text = text.decode("utf-8")
+            layout = TextLayout.of(text) if isinstance(text, str) else None
+            if layout is not None:
+                text = layout.plain(text)
+            # Off the event loop: a large office file takes a good part of a second.
+            document, texts = await asyncio.to_thread(document_format.read, text)
+            results = await translate(texts) if texts else []
+            translated = await asyncio.to_thread(
+                document_format.write, document, [result.text for result in results])
+            # Office files and EPUB are written as bytes, the text formats as text.
+            job.result = (translated if isinstance(translated, bytes)
+                          else layout.restored(translated) if layout is not None
+                          else translated.encode("utf-8"))
+            job.status = DONE
+        except asyncio.CancelledError:
+            job.status, job.error = ERROR, "The service stopped before the translation ended."
+            raise
+        except Exception as exc:  # any failure is the job's answer, not the process's
+            job.status, job.error = ERROR, f"Translation failed: {exc}"
+        finally:
+            job.finished = time.monotonic()
+            if self.store is not None:
+                self._publish_later(job, at_once=True)
+
+    @staticmethod
+    def _name(document_id: str) -> str:
+        return f"{PREFIX}document:{document_id}"
+
+    async def _publish(self, job: DocumentJob) -> None:
+        """The job's record (and, once done, its file) in the shared store."""
+        assert self.store is not None
+        record = json.dumps({
+            "key": digest(job.document_key), "owner": stored_owner(job.owner),
+            "filename": job.filename, "kind": job.kind, "media_type": job.media_type,
+            "pair": list(job.pair), "characters": job.characters, "status": job.status,
+            "error": job.error})
+        # Running: kept as long as a job may run and then be fetched; ended: DOCUMENT_TTL_S.
+        ttl = max(1, round(self.ttl_s if job.finished is not None else self.ttl_s + 3600))
+        name, result, running = self._name(job.document_id), job.result, job.finished is None
+
+        async def write(r: redis.asyncio.Redis) -> None:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.set(name, record, ex=ttl)
+                if running:
+                    pipe.set(name + ":lease", 1, px=round(self.lease_s * 1000))
+                if result is not None:
+                    pipe.set(name + ":result", result, ex=ttl)
+                await pipe.execute()
+
+        await self.store.run(write)
+        job.published = True
+
+    def _keep_leased(self, job: DocumentJob) -> None:
+        """The running job's lease renewed every third of ``lease_s`` until it ends; a
+        renewal the store misses is tried again a second later."""
+        assert self.store is not None
+        store, lease = self.store, self._name(job.document_id) + ":lease"
+
+        async def renew() -> None:
+            wait = self.lease_s / 3
+            while True:
+                await asyncio.sleep(wait)
+                if job.finished is not None or job.document_id not in self._jobs:
+                    return
+                try:
+                    await store.run(lambda r: r.set(lease, 1, px=round(self.lease_s * 1000)))
+                    wait = self.lease_s / 3
+                except StoreDown:
+                    wait = min(1.0, self.lease_s / 3)
+
+        self._in_background(renew())
+
+    def _in_background(self, work: Coroutine[None, None, None]) -> None:
+        """``work`` as a task held until it ends (the loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    def _publish_later(self, job: DocumentJob, at_once: bool = False) -> None:
+        """``_publish`` in the background (now, when ``at_once``), retried each second
+        while the store is down, for as long as the job is kept."""
+
+        async def publish() -> None:
+            if not at_once:
+                await asyncio.sleep(1)
+            while job.document_id in self._jobs:
+                try:
+                    await self._publish(job)
+                    return
+                except StoreDown:
+                    await asyncio.sleep(1)
+
+        self._in_background(publish())
+
+    async def get(self, document_id: str, document_key: str) -> DocumentJob | None:
+        """The job, when ``document_key`` is its key: this process's, else (with a shared
+        store) another replica's, from its record. StoreDown when only the store could say."""
+        self.expire()
+        job = self._jobs.get(document_id)
+        if job is not None and job.published and job.finished is not None:
+            job = await self._not_taken(job)
+        if job is None and self.store is not None:
+            job = await self._remote(document_id)
+        if job is None or not hmac.compare_digest(job.document_key.encode(),
+                                                  _key_form(job, document_key).encode()):
+            return None
+        return job
+
+    async def _not_taken(self, job: DocumentJob) -> DocumentJob | None:
+        """This process's finished job, unless another replica's download took it (its
+        record is gone from the store); while the store is down, as it is here."""
+        assert self.store is not None
+        try:
+            if await self.store.run(lambda r: r.exists(self._name(job.document_id))):
+                return job
+        except StoreDown:
+            return job
+        self._jobs.pop(job.document_id, None)
+        return None
+
+    async def _remote(self, document_id: str) -> DocumentJob | None:
+        assert self.store is not None
+        if not document_id.isalnum():
+            return None
+        name = self._name(document_id)
+        value, leased = await self.store.run(lambda r: r.mget([name, name + ":lease"]))
+        if value is None:
+            return None
+        record = json.loads(value)
+        status, error = record["status"], record["error"]
+        if status in (QUEUED, TRANSLATING) and leased is None:
+            status, error = ERROR, ("The service translating the document stopped before it "
+                                    "ended: upload it again.")
+        # document_key holds the key's digest: get() compares the digest of the one shown.
+        return DocumentJob(document_id, record["key"], record["owner"], record["filename"],
+                           record["kind"], record["media_type"], tuple(record["pair"]),
+                           record["characters"], status=status, error=error, local=False)
+
+    async def take(self, job: DocumentJob) -> bytes | None:
+        """A finished job's translated file, the job deleted with its download (here and in
+        the shared store); None when another download took it first."""
+        self._jobs.pop(job.document_id, None)
+        name = self._name(job.document_id)
+        if job.local:
+            assert job.result is not None
+            if self.store is not None:
+                with contextlib.suppress(StoreDown):
+                    await self.store.run(lambda r: r.delete(name, name + ":result"))
+            return job.result
+        assert self.store is not None
+
+        async def take(r: redis.asyncio.Redis) -> list:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.get(name + ":result")
+                pipe.delete(name, name + ":result")
+                return await pipe.execute()
+
+        return (await self.store.run(take))[0]
+
+    async def close(self) -> None:
+        tasks = [job.task for job in self._jobs.values() if job.task and not job.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in list(self._publishing):  # the records of jobs just ended, once more
+            task.cancel()
+        if self.store is not None:
+            for job in [job for job in self._jobs.values() if job.finished is not None]:
+                with contextlib.suppress(StoreDown):
+                    await self._publish(job)
+
+
+def _key_form(job: DocumentJob, document_key: str) -> str:
+    """The key shown, in the form the job holds it: as given for this process's jobs, its
+    digest for another replica's."""
+    return document_key if job.local else digest(document_key)

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
         description="Bundles of MODEL_DIR to load, by directory name, comma-separated (e.g. "
         "'en-de,opus-mt-en-fr'); empty = every bundle there.",
     )
+    install_models: bool = Field(
+        False,
+        description="Install the pairs MODELS names that MODEL_DIR lacks before the service "
+        "reports ready, with `translate-models install` (Argos' index, else Opus-MT; needs "
+        "the train extra, torch); off, a missing pair stops the start with the command to run.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where onnxruntime runs: 'auto' takes a GPU when onnxruntime can "
         "run on one here, else the CPU; 'cuda' refuses to start without one."

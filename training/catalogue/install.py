@@ -100,6 +100,7 @@ def _download(pair: str, source: Source, cache_dir: Path, index: str | None,
         except CatalogueError as error:
             if source == "argos":
                 raise CatalogueError(f"{pair}: {error}") from error
+            print(f"{pair}: {error}; trying Opus-MT", file=sys.stderr, flush=True)
             package = None  # auto: the index unreachable, Opus-MT may still have it
         if package is not None:
             path = argos.fetch(package, cache_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,10 @@ def fetch(model: OpusModel) -> tuple[Path, str]:
     directory = None
     for name in wanted:
         sibling = siblings[name]
+        if not sys.stderr.isatty():  # on a terminal the hub's client draws its own bars
+            size = f", {sibling.size / 1e6:.1f} MB" if sibling.size else ""
+            print(f"{model.name} (opus-mt): {model.repo}/{name}{size}", file=sys.stderr,
+                  flush=True)
         try:
             # The default revision, not info.sha: the cache then records the commit as
             # main's, which an offline install later resolves.

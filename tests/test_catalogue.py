@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.model_mirror import COMMIT, Mirror, MirrorServer, repo_files
-from tests.test_importers import ct2_dir  # noqa: F401  (a fixture this module uses too)
+from tests.test_importers import (
+    ct2_dir,  # noqa: F401  (a fixture this module uses too)
+    opennmt_model,
+)
 from training.catalogue.cli import main
 
 PACKAGE = "translate-en_de-1_1.argosmodel"
@@ -30,12 +33,14 @@ def argos_package(ct2_model: Path, metadata: dict, tokenizer: str = "sentencepie
     root = "translate-en_de-1_1"
     with zipfile.ZipFile(buffer, "w") as archive:
         for file in ct2_model.iterdir():
-            if file.suffix != ".spm":
+            if file.suffix != ".spm" and file.name != "sentencepiece.model":
                 archive.write(file, f"{root}/model/{file.name}")
         if tokenizer == "bpe.model":  # subword-nmt's merges, as such packages hold them
             archive.writestr(f"{root}/bpe.model", "#version: 0.2\nt h\nth e</w>\n")
         else:
-            archive.write(ct2_model / "source.spm", f"{root}/{tokenizer}")
+            spm = next(p for p in (ct2_model / "source.spm", ct2_model / "sentencepiece.model")
+                       if p.is_file())
+            archive.write(spm, f"{root}/{tokenizer}")
         archive.writestr(f"{root}/metadata.json", json.dumps(metadata))
         archive.writestr(f"{root}/stanza/en/tokenize/en.pt", b"a sentence splitter")
     return buffer.getvalue()
@@ -273,3 +278,26 @@ def test_the_service_installs_what_models_names_before_it_reports_ready(
     asyncio.run(installs())
     assert package_gets(mirror) == [None]
     assert json.loads((models / "en-de" / "installed.json").read_text())["source"] == "argos"
+
+
+def test_an_early_argos_package_without_the_unknown_token_installs(
+        mirror: Mirror, marian_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """As the index's first package versions ship: CTranslate2's binary version 2, the
+    vocabulary a text file without <unk> (which CTranslate2 appends)."""
+    from tests.ct2_formats import older_layout
+
+    current = opennmt_model(marian_dir, tmp_path / "current", heads=8, unk_last=True)
+    model = older_layout(current, tmp_path / "older", 2, 2, "TransformerBase")
+    pieces = json.loads((model / "shared_vocabulary.json").read_text())
+    (model / "shared_vocabulary.json").unlink()
+    (model / "shared_vocabulary.txt").write_text("\n".join(pieces[:-1]) + "\n")
+    mirror.packages["translate-en_es-1_0.argosmodel"] = argos_package(model, {
+        "package_version": "1.0", "argos_version": "0.1", "from_code": "en", "to_code": "es"})
+    mirror.index.append(entry(mirror, "translate-en_es-1_0.argosmodel", "en", "es", "1.0"))
+    models = tmp_path / "models"
+    status, out, err = run(capsys, "--model-dir", models, "install", "en-es", "--cache-dir",
+                           tmp_path / "cache")
+    assert status == 0, err
+    assert out.startswith("en-es\targos\t1.0\t")
+    manifest = json.loads((models / "en-es" / "manifest.json").read_text())
+    assert manifest["model"]["unk_id"] == len(pieces) - 1

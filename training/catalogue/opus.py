@@ -56,12 +56,21 @@ def _url(model: OpusModel) -> str:
     return f"{_endpoint() or 'https://huggingface.co'}/{model.repo}"
 
 
+def _hub():
+    """The hub's client, which the train extra brings (the serving image has none)."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise CatalogueError("Opus-MT needs huggingface_hub, which is not installed here: "
+                             "pip install '.[train]'") from None
+    return huggingface_hub
+
+
 def available() -> list[str]:
     """The Opus-MT repositories the hub lists."""
-    from huggingface_hub import HfApi
-
+    api = _hub().HfApi(endpoint=_endpoint())
     try:
-        found = HfApi(endpoint=_endpoint()).list_models(author=ORGANISATION, search=PREFIX)
+        found = api.list_models(author=ORGANISATION, search=PREFIX)
         return sorted(model.id for model in found)
     except Exception as error:  # the client's errors have no common base but Exception
         raise CatalogueError(f"{_endpoint() or 'https://huggingface.co'}: cannot list "
@@ -98,6 +107,7 @@ def _verify(model: OpusModel, path: Path, size: int | None, sha256: str | None) 
 def fetch(model: OpusModel) -> tuple[Path, str]:
     """The repository's files the importer reads, in the hub's cache: (their directory, the
     commit). Offline, what the cache holds, or one line saying it holds nothing."""
+    _hub()
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
     from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
 

@@ -144,7 +144,9 @@ def install(pair: str, model_dir: Path, source: Source = "auto", *,
     with _locked(model_dir, name):
         if (model_dir / name / "manifest.json").is_file():
             return next(found for found in installed(model_dir) if found.pair == name)
-        for stale in model_dir.glob(f"{PARTIAL}{name}-*"):  # an interrupted install's
+        # An interrupted install's directory, and the export's own temporary one beside it.
+        for stale in [*model_dir.glob(f"{PARTIAL}{name}-*"),
+                      *model_dir.glob(f".{PARTIAL}{name}-*")]:
             shutil.rmtree(stale, ignore_errors=True)
         started = time.monotonic()
         files, source_name, origin, name = _download(pair, source, cache_dir, index)

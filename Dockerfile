@@ -24,8 +24,12 @@ WORKDIR /src
 RUN python3 -m venv /opt/venv
 
 # Dependencies first, read from pyproject.toml, so that a code change reuses this layer.
+# EXTRAS=train (--build-arg) adds torch and the importers' dependencies: an image that can run
+# `translate-models install` (docker-compose.yml's models service, the Kubernetes init step),
+# several GB larger; the serving image leaves it empty.
+ARG EXTRAS=""
 COPY pyproject.toml README* ./
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN EXTRAS="$EXTRAS" python3 -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = [e for e in os.environ['EXTRAS'].split(',') if e]; print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" > /tmp/requirements.txt \
     && /opt/venv/bin/pip install -r /tmp/requirements.txt
 
 # The project itself, as a wheel (not editable): the image needs no source tree.
@@ -61,9 +65,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --gid 10001 translator \
     && useradd --uid 10001 --gid translator --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin translator \
-    && mkdir /data && chown 10001:10001 /data
+    && mkdir /data /models && chown 10001:10001 /data /models
 # Glossaries (a SQLite file): mount a volume here to keep them (compose does).
 VOLUME /data
+# /models: where compose's and Kubernetes' volume of installed models (translate-models) is
+# mounted, owned by the service's user so that a new volume takes that owner.
 
 COPY --from=builder /opt/venv /opt/venv
 # The default bundle (models/en-de) and any other bundle in models/: owned by root, read-only.

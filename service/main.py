@@ -34,6 +34,7 @@ from service.connections import (
     fit_open_file_limit,
 )
 from service.errors import CancelledRequestMiddleware, ErrorShapes, install_error_handlers
+from service.install_on_start import install_missing
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.sentence_cache import SharedTier
@@ -52,6 +53,7 @@ EXIT_FAILED = 3  # loading or the workers failed beyond repair: a restart policy
 async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
     """Load, start the scheduler, warm up, mark ready; on failure mark failed (never raise)."""
     try:
+        await asyncio.to_thread(install_missing, state.settings)
         translator = await asyncio.to_thread(Translator.load, state.settings, factory,
                                              state.metrics)
         state.translator = translator

@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         "`en-de,opus-mt-en-fr`); empty = every bundle there. Each loaded bundle holds its "
         "weights once (once per worker when workers have several threads each).",
     )
+    install_models: bool = Field(
+        False,
+        description="Install the pairs MODELS names that MODEL_DIR lacks before the service "
+        "reports ready, with `translate-models install` (Argos' index, else Opus-MT; needs "
+        "the train extra, torch); off, a missing pair stops the start with the command to run.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where onnxruntime runs: `auto` takes a GPU when onnxruntime can run on one "

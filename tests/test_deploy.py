@@ -109,7 +109,8 @@ def overlay(request: pytest.FixtureRequest) -> list[Resource]:
 
 def test_there_are_cpu_and_gpu_overlays_and_the_optional_components() -> None:
     assert [path.name for path in OVERLAYS] == ["cpu", "gpu"]
-    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda", "podmonitor", "redis"}
+    assert set(COMPONENTS) == {"hpa-prometheus-adapter", "keda", "models", "podmonitor",
+                               "redis"}
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -226,6 +227,27 @@ def test_the_redis_component_shares_state_between_the_pods(overlay: list[Resourc
     args = container(redis)["args"]
     assert args[args.index("--appendonly") + 1] == "yes"  # what clients were told survives
     assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_models_component_installs_into_a_volume_the_pods_share(overlay: list[Resource],
+                                                                    version: str) -> None:
+    objects = build(COMPONENTS["models"], overlay)
+    for resource in objects:
+        kubernetes_validate.validate(resource, version, strict=True)
+    claim = of_kind(objects, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    pod = of_kind(objects, "Deployment")["spec"]["template"]["spec"]
+    (install,) = pod["initContainers"]
+    served = environment(of_kind(objects, "Deployment"))
+    init_env = {e["name"]: e["value"] for e in install["env"]}
+    assert init_env["MODELS"] == served["MODELS"] and served["MODEL_DIR"] == "/models"
+    assert "translate-models --model-dir /models install" in install["command"][-1]
+    volume = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mounts = {m["name"]: m for m in container(of_kind(objects, "Deployment"))["volumeMounts"]}
+    assert mounts["models"]["mountPath"] == "/models" and mounts["models"]["readOnly"]
+    assert Settings(model_dir=served["MODEL_DIR"], models=served["MODELS"]).models == ["en-de"]
 
 
 def test_the_gpu_overlay_asks_for_a_gpu_and_the_cuda_image() -> None:

@@ -205,7 +205,8 @@ def test_an_argos_package_imports_with_its_languages(marian_dir: Path, ct2_dir: 
 
 
 def opennmt_model(marian_dir: Path, out: Path, heads: int = 4, add_bos: bool = False,
-                  add_eos: bool = False, max_relative: int = 0) -> Path:
+                  add_eos: bool = False, max_relative: int = 0, unk_last: bool = False,
+                  ) -> Path:
     """An OpenNMT-style model (pre-norm, ReLU, CTranslate2's built-in sinusoids, <blank>
     padding, <s> start, shared embeddings) written through ctranslate2's spec API with random
     weights, and the source conventions its config.json names, with the fixture's
@@ -218,6 +219,9 @@ def opennmt_model(marian_dir: Path, out: Path, heads: int = 4, add_bos: bool = F
     pieces = ["<blank>", "<unk>", "<s>", "</s>"] + [
         tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())
         if not tokenizer.is_control(i) and not tokenizer.is_unknown(i)]
+    if unk_last:  # where CTranslate2 puts it when the vocabulary file lacks it
+        pieces.remove("<unk>")
+        pieces.append("<unk>")
     d, vocab, rng = 64, len(pieces), np.random.default_rng(0)
 
     def fill(linear, rows: int, columns: int, scale: float = 0.2) -> None:
@@ -348,6 +352,56 @@ def test_every_binary_version_ctranslate2_loads_imports_as_it_reads_it(
                                                               "add_eos": True}
     found = matches_ctranslate2(model_dir, bundle, beams=(1,))
     assert found[1] == len(SOURCES), found
+
+
+def test_a_vocabulary_without_the_unknown_token_gets_it_last_as_ctranslate2_adds_it(
+        marian_dir: Path, tmp_path: Path) -> None:
+    """A binary-version-2 model whose vocabulary file lacks <unk>, its embeddings holding
+    the row CTranslate2 gives the token it appends."""
+    from tests.ct2_formats import older_layout
+
+    current = opennmt_model(marian_dir, tmp_path / "current", heads=8, unk_last=True)
+    model_dir = older_layout(current, tmp_path / "older", 2, 2, "TransformerBase")
+    pieces = json.loads((model_dir / "shared_vocabulary.json").read_text())
+    assert pieces[-1] == "<unk>"
+    (model_dir / "shared_vocabulary.json").unlink()
+    (model_dir / "shared_vocabulary.txt").write_text("\n".join(pieces[:-1]) + "\n")
+    bundle = import_model(model_dir, tmp_path / "en-de", source_lang="en", target_lang="de")
+    assert load_bundle(bundle).manifest["model"]["unk_id"] == len(pieces) - 1
+    # The same model with the token in its file, which imported before this change.
+    listed = import_model(current, tmp_path / "listed", source_lang="en", target_lang="de")
+
+    def greedy(imported: Path) -> list[list[str]]:
+        engine = Engine(imported, threads=1, variant="fp32")
+        return [t.hypotheses[0].tokens for t in engine.translate(
+            SOURCES, beam_size=1, max_length=20, length_penalty=1.0)]
+
+    assert greedy(bundle) == greedy(listed)
+    # And CTranslate2's greedy tokens, reading the file without the token. On one sentence of
+    # this random model (29) the end token is the first step's best (log-prob -0.84 against
+    # -1.09): our engine ends there, with an empty translation, where CTranslate2's
+    # min_decoding_length (1 by default) makes it take the next best. Not the vocabulary's
+    # doing: the same with <unk> listed in the file.
+    found = matches_ctranslate2(model_dir, bundle, beams=(1,))
+    assert found[1] >= len(SOURCES) - 1, found
+
+
+@pytest.mark.parametrize(("files", "metadata", "refusal"), [
+    (["bpe.model"], {}, "tokenized with BPE"),
+    (["sentencepiece.model"], {"type": "sbd"}, "an Argos 'sbd' package"),
+])
+def test_argos_packages_this_service_cannot_tokenize_are_refused_by_name(
+        tmp_path: Path, files: list[str], metadata: dict, refusal: str) -> None:
+    package = tmp_path / "translate-en_de-1_9"
+    (package / "model").mkdir(parents=True)
+    (package / "model" / "model.bin").write_bytes(b"")
+    for name in files:
+        (package / name).write_bytes(b"")
+    (package / "metadata.json").write_text(json.dumps(
+        {"package_version": "1.9", "argos_version": "1.9.0", "from_code": "en",
+         "to_code": "de", **metadata}))
+    with pytest.raises(UnsupportedModel, match=refusal):
+        import_model(package, tmp_path / "en-de")
 
 
 def test_the_service_serves_an_imported_multilingual_bundle_beside_others(

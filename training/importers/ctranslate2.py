@@ -371,6 +371,13 @@ def read(path: Path, package: Path | None = None, languages: tuple[str, str] | N
         raise UnsupportedModel(f"{path}: no vocabulary (shared_vocabulary.json, or "
                                "source_vocabulary.json and target_vocabulary.json)")
     source_pieces, target_pieces = list(source_pieces), list(target_pieces)
+    # CTranslate2 appends the unknown token after the last entry of a vocabulary that lacks
+    # it (its ``Vocabulary``); the models that rely on this (binary versions 1-2, as early
+    # Argos packages ship) have that extra row in their embedding tables.
+    unk = config.get("unk_token", "<unk>")
+    for pieces in (source_pieces, target_pieces):
+        if unk not in pieces:
+            pieces.append(unk)
     if variables.has("encoder/layer_0/self_attention/linear_2/weight"):
         raise UnsupportedModel(f"{path}: unfused attention projections")
 
@@ -501,12 +508,34 @@ def read_argos(path: Path) -> Imported:
                 imported.target_tokenizer = _copy(imported.target_tokenizer, keep)
             imported.origin["path"] = str(path)
             return imported
-    metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+    metadata = argos_metadata(path)
     languages = (metadata.get("from_code"), metadata.get("to_code"))
     imported = read(path / "model", package=path,
                     languages=languages if all(languages) else None)
     imported.origin["package_version"] = metadata.get("package_version")
+    imported.origin["argos_version"] = metadata.get("argos_version")
+    if (path / "stanza").is_dir():
+        # Argos splits sentences with this Stanza model; the service segments text itself.
+        imported.origin["not_imported"] = ["stanza (sentence splitting)"]
     return imported
+
+
+def argos_metadata(path: Path) -> dict[str, Any]:
+    """An unpacked Argos package's ``metadata.json``, refused by name where the package is
+    not a translation model this importer reads: another package type, or a tokenizer other
+    than SentencePiece (Argos Translate 1.9's ``bpe.model``: Moses tokenisation and
+    subword-nmt BPE, which the service does not apply)."""
+    if not (path / "metadata.json").is_file():
+        raise UnsupportedModel(f"{path}: an Argos package without metadata.json")
+    metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+    kind = metadata.get("type", "translate")
+    if kind != "translate":
+        raise UnsupportedModel(f"{path}: an Argos {kind!r} package, not a translation model")
+    if (path / "bpe.model").is_file() and not (path / "sentencepiece.model").is_file():
+        raise UnsupportedModel(
+            f"{path}: tokenized with BPE (bpe.model: Moses tokenisation and subword-nmt), "
+            "which the service does not apply; only SentencePiece packages import")
+    return metadata
 
 
 def _copy(file: Path, directory: Path) -> Path:

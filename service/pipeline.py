@@ -201,15 +201,21 @@ def check_key(state: ServiceState, http: Request, key: str) -> None:
 
 async def keyed_body(state: ServiceState, http: Request, parse: Callable[[bytes], T],
                      key: str | None, key_in_body: Callable[[T], str],
-                     off_loop: bool = False) -> tuple[T, str]:
+                     off_loop: bool = False,
+                     key_first: Callable[[bytes], str] | None = None) -> tuple[T, str]:
     """The body read and parsed, and the API key checked: before the body is read when the
     API carries the key in a header (``key``), else as ``key_in_body`` finds it in what
     ``parse`` made of the body. Returns what ``parse`` made and the key. A large body, or any
     when ``off_loop`` (an uploaded document, which unpacks to far more than it weighs), is
-    parsed in a thread, so that the event loop keeps answering others meanwhile."""
+    parsed in a thread, so that the event loop keeps answering others meanwhile.
+    ``key_first`` reads the key from the body before ``parse`` does its work (an upload's form
+    field): a file is then never unpacked for a wrong key."""
     if key is not None:
         check_key(state, http, key)
     body = await read_body(http, state.settings)
+    if key is None and key_first is not None:
+        key = await asyncio.to_thread(key_first, body) if off_loop else key_first(body)
+        check_key(state, http, key)
     if off_loop or len(body) > LARGE_BODY:
         parsed = await asyncio.to_thread(parse, body)
     else:
@@ -404,7 +410,7 @@ class Checked(Generic[Parsed]):
 
 async def _checklist(state: ServiceState, http: Request, parse: Callable[[bytes], Parsed],
                      key: str | None, hand_over: Callable[[Checked[Parsed]], Awaitable[T]],
-                     *, document: bool) -> T:
+                     *, document: bool, key_first: Callable[[bytes], str] | None = None) -> T:
     """The module's checklist, for texts and documents alike; ``hand_over`` admits the checked
     request and hands it to the Translator, and what it returns is returned once the usage is
     charged, the one point where it is."""
@@ -415,7 +421,7 @@ async def _checklist(state: ServiceState, http: Request, parse: Callable[[bytes]
         shed_when_full(state)
     # An upload unpacks to far more than it weighs: parsed off the event loop.
     request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key,
-                                    off_loop=document)
+                                    off_loop=document, key_first=key_first)
     if not document:  # a document's limits are checked as it is read (MAX_DOCUMENT_CHARS)
         check_texts(request.texts, request.single, settings)
     check_options(request.options, settings)
@@ -514,7 +520,7 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
 
 async def start_document(state: ServiceState, http: Request,
                          parse: Callable[[bytes], PipelineRequest], key: str | None,
-                         ) -> DocumentJob:
+                         key_first: Callable[[bytes], str] | None = None) -> DocumentJob:
     """A document upload through the checks a translation takes, in the module's order, then
     its translation started in the background (``service.documents``). ``parse`` reads the
     upload into a request of one text (the document's), and raises PipelineErrors for a bad
@@ -538,7 +544,8 @@ async def start_document(state: ServiceState, http: Request,
             (lambda texts: translator.translate_many(texts, pair, options, background=True)),
             len(text))
 
-    return await _checklist(state, http, parse, key, started, document=True)
+    return await _checklist(state, http, parse, key, started, document=True,
+                            key_first=key_first)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

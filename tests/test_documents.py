@@ -120,6 +120,30 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
 
+def test_an_upload_with_a_wrong_key_is_refused_before_its_file_is_unpacked(
+        server: ServerProcess) -> None:
+    """The key in an upload's form (LibreTranslate's api_key, DeepL's auth_key) is checked
+    before the file is read: a zip bomb with a wrong key gets the key's refusal, not the
+    unpacking's, and so costs no memory."""
+    import io
+    import zipfile
+
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b"0" * 50_000_000)
+    file = {"file": ("a.docx", bomb.getvalue())}
+    libre = httpx.post(server.url + "/libretranslate/translate_file", files=file, data={
+        "source": "en", "target": "de", "api_key": "wrong"})
+    assert libre.status_code in (400, 403) and "key" in libre.json()["error"].lower(), libre.text
+    deepl = httpx.post(server.url + "/v2/document", files=file, data={
+        "target_lang": "DE", "auth_key": "wrong"})
+    assert deepl.status_code == 403, deepl.text
+    # With the right key the same file is refused for what it is.
+    right = httpx.post(server.url + "/libretranslate/translate_file", files=file, data={
+        "source": "en", "target": "de", "api_key": "k1"})
+    assert right.status_code == 400 and "zip bomb" in right.json()["error"], right.text
+
+
 def test_a_libretranslate_file_client(server: ServerProcess, tmp_path: Path) -> None:
     """libretranslate-aio's translate_file, pointed at /libretranslate, and its URL fetched."""
     from libretranslate_aio import LibreTranslate

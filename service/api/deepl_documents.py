@@ -22,7 +22,7 @@ from service.api.deepl import (
     key_fields,
     language_code,
 )
-from service.api.uploads import document_request, download
+from service.api.uploads import document_request, download, form_key
 from service.documents import DONE, ERROR, DocumentJob
 from service.pipeline import PipelineError, PipelineRequest, start_document
 from service.state import ServiceState
@@ -42,7 +42,8 @@ async def upload(request: Request) -> Response:
                                 key="auth_key", glossary="glossary_id", language=language_code,
                                 check=_check_fields)
 
-    job = await start_document(state, request, parse, header_key(request))
+    job = await start_document(state, request, parse, header_key(request), key_first=lambda body: (
+        form_key(body, request.headers.get("content-type", ""), "auth_key")))
     # DeepL's clients ask for the status at once, then every 5 s: a short document done
     # within a moment is "done" at their first question rather than 5 s later.
     assert job.task is not None

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from service import pipeline
 from service.api.fields import compat_fields, text_list
 from service.api.replies import MALFORMED, SERVICE_SIDE, Reply, message_shape
-from service.api.uploads import document_request, download, translated_name
+from service.api.uploads import document_request, download, form_key, translated_name
 from service.documents import DONE, extensions
 from service.errors import ShapedRoute
 from service.languages import language_name
@@ -130,7 +130,8 @@ async def translate_file(request: Request) -> Response:
                                 state.settings, source="source", target="target",
                                 key="api_key")
 
-    job = await pipeline.start_document(state, request, parse, None)
+    job = await pipeline.start_document(state, request, parse, None, key_first=lambda body: (
+        form_key(body, request.headers.get("content-type", ""), "api_key")))
     assert job.task is not None
     await asyncio.shield(job.task)  # LibreTranslate answers once the file is translated
     if job.status != DONE:

@@ -64,6 +64,16 @@ def document_request(body: bytes, content_type: str, settings: Settings, *,
                            document_data=upload.data)
 
 
+def form_key(body: bytes, content_type: str, field: str) -> str:
+    """The API key an upload carries in its form ``field``, read before the file is unpacked
+    or parsed, so that a wrong key costs no more than reading the form. A body that is not a
+    form has none: the key is then refused, or parsing names the body's fault."""
+    try:
+        return read_upload(body, content_type).fields.get(field, "").strip()
+    except DocumentError:
+        return ""
+
+
 def translated_name(filename: str) -> str:
     return filename or "document.txt"
 

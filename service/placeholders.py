@@ -106,6 +106,7 @@ _FINAL_MARKS = regex.compile(rf"[.!?…]+(?=[{regex.escape(_FINAL_CLOSERS)}]*\s*
 # "~~gone~~"): the en-de model deletes the word between asterisks ("Und das ist ******"), so
 # each run of delimiters that opens or closes a word is an item, put back where the model puts
 # its marker. A lone asterisk between spaces or digits ("2 * 3", "5*3") is none.
+_DELIMITERS = regex.compile(r"\*{1,3}|~~")
 _EMPHASIS = r"(?<![\w*~])(?:\*{1,3}|~~)(?=[^\s*~])|(?<=[^\s*~])(?:\*{1,3}|~~)(?![\w*~])"
 
 
@@ -321,8 +322,11 @@ def _runs(text: str, found: list[tuple[int, int, str]]) -> list[tuple[int, int, 
     """``found`` with each run of items that only ``_RUN_GAP`` separates made one item."""
     runs: list[tuple[int, int, str]] = []
     for start, end, item in found:
-        # Glued items ("%5.2f%%") stay apart: the model handles those as it always did.
-        if runs and start > runs[-1][1] and _RUN_GAP.fullmatch(text, runs[-1][1], start):
+        # Glued items ("%5.2f%%") stay apart: the model handles those as it always did. So
+        # do emphasis delimiters, which wrap words rather than stand in a list of items.
+        if (runs and start > runs[-1][1] and not _DELIMITERS.fullmatch(item)
+                and not _DELIMITERS.fullmatch(runs[-1][2])
+                and _RUN_GAP.fullmatch(text, runs[-1][1], start)):
             first = runs[-1][0]
             runs[-1] = (first, end, text[first:end])
         else:

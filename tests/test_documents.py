@@ -796,7 +796,9 @@ def test_markdown_keeps_its_structure_and_inline_formatting(server: ServerProces
     assert "> A QUOTED LINE THAT CONTINUES." in out
     assert "| `id` | THE *IDENTIFIER* OF A ROW |" in out
     assert '```python\nprint("not translated")\n```' in out
-    assert "1. ONE\n2. TWO ![A CAT](cat.png)" in out  # an image's alt text is text
+    # An image's alt text is text; a number word the fake engine left in English is written
+    # in German by the service ("Two" as "Zwei").
+    assert "1. ONE\n2. Zwei ![A CAT](cat.png)" in out
     assert '<div class="note">RAW HTML BLOCK</div>' in out
     assert "VISIT https://example.com OR WRITE TO <info@example.com>." in out
     # Text that Markdown would read as syntax is escaped again; the reference stays one.

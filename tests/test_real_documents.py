@@ -80,9 +80,13 @@ APIS: dict[str, Callable[[ServerProcess, str, bytes], bytes]] = {
 
 def left_in_english(before: list[str], after: list[str]) -> float:
     """The share of the source's lower-case letters still lower case: what the fake engine
-    did not reach (it upper-cases every word it is given)."""
+    did not reach (it upper-cases every word it is given). A number word the service writes
+    in German ("Three" as "Drei", which the fake engine left in English) is not counted."""
+    from service.number_words import number_values
+
     def lower(texts: list[str]) -> int:
-        return sum(len(LOWER.findall(ADDRESS.sub("", text))) for text in texts)
+        return sum(len(LOWER.findall(word)) for text in texts
+                   for word in ADDRESS.sub("", text).split() if not number_values(word, "de"))
 
     return lower(after) / max(lower(before), 1)
 

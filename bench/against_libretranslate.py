@@ -62,7 +62,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +180,8 @@ class LibreTranslateServer(Server):
     """LibreTranslate's server (``bench/libretranslate_offline.py``) from its virtualenv, with
     Argos' CTranslate2 layout ``inter`` x ``intra``; its files under ``home``."""
 
+    ready_path = "/languages"  # no readiness route: the language list answers once it serves
+
     def __init__(self, venv: Path, home: Path, inter: int, intra: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -203,19 +204,6 @@ class LibreTranslateServer(Server):
              "--port", str(self.port), "--load-only", ",".join(PAIR), "--disable-web-ui"],
             cwd=home, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
         )
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        """LibreTranslate has no readiness route: its language list answers once it serves."""
-        stop = time.monotonic() + timeout
-        while time.monotonic() < stop:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"LibreTranslate exited with {self.process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/languages", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError("LibreTranslate not ready in time")
 
 
 def _tree(pid: int) -> list[int]:

@@ -156,13 +156,15 @@ class Server:
             env=environment,
         )
 
+    ready_path = "/ready"  # answers 200 once the server serves
+
     def wait_ready(self, timeout: float = 300) -> None:
         stop = time.monotonic() + timeout
         while time.monotonic() < stop:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}")
             try:
-                with urllib.request.urlopen(f"{self.url}/ready", timeout=2):
+                with urllib.request.urlopen(f"{self.url}{self.ready_path}", timeout=2):
                     return  # 200; 503 (still loading) raises HTTPError
             except OSError:  # URLError, HTTPError, refused connection
                 pass

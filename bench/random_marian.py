@@ -27,7 +27,7 @@ PRESETS = {  # Transformer-base as Opus-MT trains it, and Transformer-big (Tatoe
 
 
 def build(out: Path, text: Path, preset: str = "base", vocab_size: int = 58101,
-          seed: int = 0, bias_std: float = 0.1) -> Path:
+          seed: int = 0, bias_std: float = 0.1, eos_bias: float = 0.0) -> Path:
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
@@ -69,6 +69,7 @@ def build(out: Path, text: Path, preset: str = "base", vocab_size: int = 58101,
     with torch.no_grad():
         model.model.shared.weight[pad].zero_()
         model.final_logits_bias.normal_(0.0, bias_std)
+        model.final_logits_bias[0, 0] += eos_bias  # </s> (id 0)
     model.save_pretrained(out)
     MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
                     source_lang="xx", target_lang="yy").save_pretrained(out)
@@ -86,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="spread of the random logits bias: 0.1 leaves every step's "
                         "distribution nearly flat (the worst case for a search that scans the "
                         "best candidates only), 3 makes it peaked as a trained model's are")
+    parser.add_argument("--eos-bias", type=float, default=0.0,
+                        help="added to </s>'s logits bias: a random model otherwise rarely "
+                        "stops before its length cap, where engines that cap differently "
+                        "would do different work; with it, sentences end at lengths a "
+                        "served model's do")
     args = parser.parse_args(argv)
-    print(build(args.out, args.text, args.preset, args.vocab, bias_std=args.bias_std))
+    print(build(args.out, args.text, args.preset, args.vocab, bias_std=args.bias_std,
+                eos_bias=args.eos_bias))
     return 0
 
 

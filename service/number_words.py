@@ -22,6 +22,10 @@ SMALLEST, LARGEST = 2, 99
 # glued to ("三十分"), so these are not checked (num2words writes Japanese and Thai).
 UNSPACED = frozenset({"ja", "zh", "th", "lo", "km", "my"})
 _WORD = regex.compile(r"\p{L}+(?:-\p{L}+)*")
+# Words a translation names a number with where the language says it so: "the two families"
+# is "die beiden Familien" (of two known ones), which keeps the number as "zwei" does. Only
+# read in translations: a source's "beide" is "both" as often as "the two".
+_ALIASES = {"de": {word: 2 for word in ("beide", "beiden", "beider", "beidem", "beides")}}
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,9 +44,18 @@ def _words(lang: str) -> dict[str, int] | None:
     return words
 
 
-def number_values(text: str, lang: str) -> frozenset[int]:
-    """The values from two to ninety-nine ``text`` writes as words in ``lang``."""
+@functools.lru_cache(maxsize=64)
+def _read_in_translation(lang: str) -> dict[str, int] | None:
+    """``_words`` and the words a translation may name a number with instead (``_ALIASES``)."""
     words = _words(lang)
+    aliases = _ALIASES.get(lang.split("-")[0].split("_")[0].lower(), {})
+    return {**aliases, **words} if words else words
+
+
+def number_values(text: str, lang: str, *, translation: bool = False) -> frozenset[int]:
+    """The values from two to ninety-nine ``text`` writes as words in ``lang``; with
+    ``translation``, also those it names the way a translation may ("die beiden": 2)."""
+    words = _read_in_translation(lang) if translation else _words(lang)
     if not words:
         return frozenset()
     tokens = _WORD.findall(text.casefold())
@@ -62,8 +75,8 @@ def number_values(text: str, lang: str) -> frozenset[int]:
 def number_terms(text: str, lang: str, target_lang: str) -> dict[str, str]:
     """Each number word of ``text`` (in ``lang``, as written there: "twenty", "Thirty-five",
     "forty two") and the same value written in ``target_lang`` ("zwanzig",
-    "Fünfunddreißig"), capitalised as the source is; empty where either language is not
-    written by num2words."""
+    "Fünfunddreißig"), capitalised where it starts the text; empty where either language is
+    not written by num2words."""
     words = _words(lang)
     if not words or not _words(target_lang):
         return {}
@@ -84,5 +97,7 @@ def number_terms(text: str, lang: str, target_lang: str) -> dict[str, str]:
             continue
         surface = text[span[0]:span[1]]
         target = num2words(value, lang=target_lang)
-        found[surface] = target[:1].upper() + target[1:] if surface[:1].isupper() else target
+        # Capitalised where it starts the sentence; a title's "Part Three" is "Teil drei".
+        first = not text[:span[0]].strip()
+        found[surface] = target[:1].upper() + target[1:] if first else target
     return found

@@ -177,7 +177,8 @@ class SecondPasses:
         for t, (text, pieces) in enumerate(zip(prepared, chosen, strict=True)):
             lost = [number_terms(piece, pair[0], pair[1])
                     for piece, translation in zip(text.segmented.pieces, pieces, strict=True)
-                    if number_values(piece, pair[0]) - number_values(translation.text, pair[1])]
+                    if number_values(piece, pair[0])
+                    - number_values(translation.text, pair[1], translation=True)]
             for found in lost:
                 numbers.update(found)
             if lost:
@@ -249,7 +250,7 @@ def _missing(output: str, wanted: tuple[frozenset[int], Counter[str]], lang: str
     """How many of the number words and (as often) the runs of digits and upper-case words
     that ``wanted`` lists a model's ``output`` lacks."""
     words, verbatim = wanted
-    return (len(words - number_values(output, lang))
+    return (len(words - number_values(output, lang, translation=True))
             + sum((verbatim - _verbatim(output)).values()))
 
 
@@ -268,6 +269,7 @@ def _worse(masked: Restored, source: str, first: str, pair: Pair) -> bool:
     """Whether a translation of ``source`` made with masks lost one (put back by rule),
     holds digits that ``source`` does not, or lost a number written as a word that ``first``,
     the translation without masks, kept."""
-    kept = number_values(source, pair[0]) & number_values(first, pair[1])
+    kept = number_values(source, pair[0]) & number_values(first, pair[1], translation=True)
     return bool(masked.by_rule) or not set(_DIGITS.findall(masked.text)) <= set(
-        _DIGITS.findall(source)) or not kept <= number_values(masked.text, pair[1])
+        _DIGITS.findall(source)) or not kept <= number_values(masked.text, pair[1],
+                                                                 translation=True)

@@ -50,6 +50,12 @@ def test_number_words_are_written_the_target_languages_way() -> None:
         "Twenty-five": "Fünfundzwanzig", "thirty five": "fünfunddreißig", "forty": "vierzig"}
     assert number_terms("twenty", "en", "xx") == {}  # a language num2words does not write
     assert number_values("fünfundzwanzig", "de") == {25}
+    # Capitalised only where it starts the text: a title's "Part Three" is "Teil drei".
+    assert number_terms("Part Three", "en", "de") == {"Three": "drei"}
+    # "The two families" is "die beiden Familien" in a translation; a source's "beide" is
+    # "both" as often, and asks for no number.
+    assert number_values("die beiden Familien", "de", translation=True) == {2}
+    assert number_values("Beide Kinder", "de") == frozenset()
 
 
 def test_names_numbers_items_and_terms_hold_together_in_the_native_api(

@@ -3,11 +3,13 @@
 # browser tests, tests/test_page.py, and bench/page.py) and redis-server (replicas sharing
 # state, tests/test_shared_state.py; never started as a system service, the tests start their
 # own on loopback). Installs only what is missing, and only as root (apt); elsewhere it says
-# what to install and the tests that need it skip with that message.
+# what to install and the tests that need it skip with that message. gettext's msgfmt checks
+# that translated catalogues still load (tests/test_documents.py, test_real_documents.py).
 set -euo pipefail
 missing=()
 [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] || missing+=(chromium chromium-driver)
 [[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
+[[ -x /usr/bin/msgfmt ]] || missing+=(gettext)
 if [[ ${#missing[@]} == 0 ]]; then
   exit 0
 fi

@@ -37,6 +37,7 @@ from service.errors import CancelledRequestMiddleware, ErrorShapes, install_erro
 from service.install_on_start import install_missing
 from service.loading import EngineFactory, default_engine
 from service.metrics import Metrics, RequestMetricsMiddleware
+from service.probes import ProbeServer
 from service.sentence_cache import SharedTier
 from service.settings import Settings, settings_from_args
 from service.state import ServiceState
@@ -180,11 +181,20 @@ class Server(uvicorn.Server):
     stops and accepted requests (those on connections still expecting one too) have
     SHUTDOWN_GRACE_S to finish; the scheduler fails those still running, which get the
     documented 503 rather than uvicorn's bare 500 for a cancelled request. A second Ctrl+C
-    exits at once, as with plain uvicorn."""
+    exits at once, as with plain uvicorn. With a probe port (``service.probes``) its listener
+    opens first, before the models load, and closes last, so that the probes are answered
+    through the whole stop sequence."""
 
-    def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
+    def __init__(self, config: uvicorn.Config, state: ServiceState,
+                 probes: ProbeServer | None = None) -> None:
         super().__init__(config)
         self.service_state = state
+        self.probes = probes
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.probes is not None:  # a port in use fails the start before anything loads
+            await self.probes.start()
+        await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.service_state.begin_shutdown()
@@ -211,6 +221,8 @@ class Server(uvicorn.Server):
         await close_listeners(self.servers, self.new_connection)  # uvicorn's close: a no-op
         self.service_state.start_draining()
         await super().shutdown(sockets)
+        if self.probes is not None:
+            await self.probes.stop()
 
     def new_connection(self) -> asyncio.Protocol:
         """A connection's protocol, as uvicorn's startup makes them for its listeners."""
@@ -236,7 +248,14 @@ def server_for(app: FastAPI, settings: Settings) -> Server:
         backlog=settings.listen_backlog,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + SHUTDOWN_BACKSTOP_S,
     )
-    return Server(config, app.state.service)
+    probes = None
+    if settings.probe_port:
+        probes = ProbeServer(app, host=settings.host, port=settings.probe_port,
+                             metrics=app.state.service.metrics,
+                             header_timeout_s=settings.header_timeout_s,
+                             timeout_keep_alive=settings.keep_alive_s,
+                             timeout_graceful_shutdown=SHUTDOWN_BACKSTOP_S)
+    return Server(config, app.state.service, probes)
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = default_engine) -> None:

@@ -475,8 +475,9 @@ def glossary_store(state: ServiceState) -> GlossaryStore | SharedGlossaryStore:
         raise PipelineError("unavailable", f"Glossaries are unavailable: {exc}") from None
 
 
-def glossary_owner(state: ServiceState, key: str) -> str:
-    """Whose glossaries a request sees: its key's when the service has keys, else everyone's."""
+def owner_of(state: ServiceState, key: str) -> str:
+    """Whose glossaries and documents a request sees: its key's when the service has keys,
+    else everyone's (one owner, "")."""
     return key if state.keys.required else ""
 
 
@@ -496,7 +497,7 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
             raise PipelineError("invalid_field", "Invalid glossary_id.", field,
                                 value=request.glossary_id)
         glossary = await glossary_store(state).get(request.glossary_id,
-                                                   glossary_owner(state, key))
+                                                   owner_of(state, key))
         if glossary is None:
             raise PipelineError("glossary_not_found", "Glossary not found.", field,
                                 value=request.glossary_id)
@@ -520,11 +521,13 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
 
 async def start_document(state: ServiceState, http: Request,
                          parse: Callable[[bytes], PipelineRequest], key: str | None,
-                         key_first: Callable[[bytes], str] | None = None) -> DocumentJob:
+                         key_first: Callable[[bytes], str] | None = None,
+                         linked: bool = False) -> DocumentJob:
     """A document upload through the checks a translation takes, in the module's order, then
-    its translation started in the background (``service.documents``). ``parse`` reads the
-    upload into a request of one text (the document's), and raises PipelineErrors for a bad
-    file; its ``document`` names the file, its type and kind."""
+    its translation started in the background (``service.documents``), the document its
+    caller's (``owner_of``). ``parse`` reads the upload into a request of one text (the
+    document's), and raises PipelineErrors for a bad file; its ``document`` names the file,
+    its type and kind. ``linked``: downloadable by its URL alone (LibreTranslate's)."""
 
     async def started(checked: Checked[PipelineRequest]) -> DocumentJob:
         if state.documents.full():
@@ -538,11 +541,11 @@ async def start_document(state: ServiceState, http: Request,
         filename, media_type, kind = request.document
         text = request.texts[0]
         return await state.documents.start(
-            glossary_owner(state, checked.key), filename, kind, media_type, pair,
+            owner_of(state, checked.key), filename, kind, media_type, pair,
             request.document_data if request.document_data is not None else text,
             (lambda texts: untranslated(texts, options)) if checked.same_language else
             (lambda texts: translator.translate_many(texts, pair, options, background=True)),
-            len(text))
+            len(text), linked=linked)
 
     return await _checklist(state, http, parse, key, started, document=True,
                             key_first=key_first)

@@ -397,6 +397,14 @@ class Settings(BaseSettings):
         description="Bind address; `0.0.0.0` inside a container (the images set it).",
     )
     port: int = Field(8000, ge=0, le=65535, description="Bind port.")
+    probe_port: int = Field(
+        0, ge=0, le=65535,
+        description="A second port, on `HOST`, that serves only `/health`, `/ready` and "
+        "`/metrics` (the same answers as on `PORT`, which keeps serving them too), in the "
+        "same process: its listen queue is its own, so the orchestrator's probes get through "
+        "when a flood of connections fills `PORT`'s (`LISTEN_BACKLOG`). `0` = off, the probes "
+        "on `PORT` only. The Kubernetes manifests in `deploy/` probe it.",
+    )
 
     _split_lists = field_validator("api_keys", "cors_origins", "models", "trusted_proxies",
                                    mode="before")(_comma_list)
@@ -418,6 +426,12 @@ class Settings(BaseSettings):
     def _default_beam_allowed(self) -> Settings:
         if self.default_beam > self.max_beam:
             raise ValueError("DEFAULT_BEAM must not exceed MAX_BEAM")
+        return self
+
+    @model_validator(mode="after")
+    def _probe_port_apart(self) -> Settings:
+        if self.probe_port and self.probe_port == self.port:
+            raise ValueError("PROBE_PORT must differ from PORT (or be 0, off)")
         return self
 
 

@@ -142,14 +142,19 @@ def test_probes_and_security_match_the_service_and_the_image(overlay: list[Resou
     assert main["startupProbe"]["httpGet"]["path"] == "/ready"  # loaded and warmed up
     assert main["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert main["livenessProbe"]["httpGet"]["path"] == "/health"  # fails only when a restart helps
-    port = main["ports"][0]
-    assert port["containerPort"] == int(environment(deployment)["PORT"])
+    ports = {port["name"]: port["containerPort"] for port in main["ports"]}
+    env = environment(deployment)
+    assert ports == {"http": int(env["PORT"]), "probes": int(env["PROBE_PORT"])}
+    Settings(port=env["PORT"], probe_port=env["PROBE_PORT"])  # valid: two ports apart
     scraped = deployment["spec"]["template"]["metadata"]["annotations"]
     assert (scraped["prometheus.io/port"], scraped["prometheus.io/path"]) == (
-        str(port["containerPort"]), "/metrics")
+        str(ports["probes"]), "/metrics")
     assert "replicas" not in deployment["spec"]  # the autoscaler's to set
+    # The probes on PROBE_PORT's listener, which a flood of connections on PORT cannot fill.
     assert {main[probe]["httpGet"]["port"] for probe in
-            ("startupProbe", "readinessProbe", "livenessProbe")} == {port["name"]}
+            ("startupProbe", "readinessProbe", "livenessProbe")} == {"probes"}
+    service = of_kind(overlay, "Service")["spec"]
+    assert [port["targetPort"] for port in service["ports"]] == ["http"]  # probes stay inside
     startup = main["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # a model load
 
@@ -204,6 +209,7 @@ def test_the_pod_monitor_scrapes_the_deployments_pods(overlay: list[Resource]) -
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     (endpoint,) = spec["podMetricsEndpoints"]
     assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+    assert endpoint["port"] == "probes"  # PROBE_PORT, as the pods' annotations say
     assert endpoint["port"] in {port["name"] for port in container(deployment)["ports"]}
     assert endpoint["path"] == "/metrics"
 

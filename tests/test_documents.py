@@ -186,6 +186,50 @@ def test_the_services_own_document_api(server: ServerProcess) -> None:
     assert missing.status_code == 422 and missing.json()["error"]["field"] == "target_lang"
 
 
+def test_a_document_is_its_uploaders_alone(server: ServerProcess) -> None:
+    """Another key showing the right document_key is told "not found" (404, not 403) by each
+    API, status and result alike; the uploader then downloads it. LibreTranslate's keyless
+    download URL serves only what /translate_file translated: a document of the other APIs
+    cannot be taken through it with its document_key."""
+    own, other = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer k2"}
+    native = httpx.post(server.url + "/translate/document", headers=own,
+                        data={"target_lang": "de"},
+                        files={"file": ("mine.txt", b"secret words")}).json()
+    url = f"{server.url}/translate/document/{native['document_id']}"
+    key = {"document_key": native["document_key"]}
+    for _ in range(200):
+        if httpx.get(url, params=key, headers=own).json()["status"] == "done":
+            break
+        time.sleep(0.05)
+    for path in ("", "/result"):
+        refused = httpx.get(url + path, params=key, headers=other)
+        assert refused.status_code == 404, refused.text
+        assert refused.json()["error"]["code"] == "document_not_found"
+    link = (f"{server.url}/libretranslate/download_file/{native['document_id']}/"
+            f"{native['document_key']}/mine.txt")
+    assert httpx.get(link).status_code == 404
+    assert httpx.get(url + "/result", params=key, headers=own).text == "SECRET WORDS"
+
+    deepl = httpx.post(server.url + "/v2/document", headers={
+        "Authorization": "DeepL-Auth-Key k1"}, data={"target_lang": "DE"},
+        files={"file": ("mine.txt", b"more secret words")}).json()
+    status_url = f"{server.url}/v2/document/{deepl['document_id']}"
+    key = {"document_key": deepl["document_key"]}
+    for path in ("", "/result"):
+        refused = httpx.post(status_url + path, data=key,
+                             headers={"Authorization": "DeepL-Auth-Key k2"})
+        assert refused.status_code == 404, refused.text
+        assert refused.json() == {"message": "Document not found"}
+        legacy = httpx.post(status_url + path, data={**key, "auth_key": "k2"})
+        assert legacy.status_code == 404, legacy.text
+    link = (f"{server.url}/libretranslate/download_file/{deepl['document_id']}/"
+            f"{deepl['document_key']}/mine.txt")
+    assert httpx.get(link).status_code == 404
+    assert httpx.post(status_url, data=key, headers={
+        "Authorization": "DeepL-Auth-Key k1"}).json()["status"] in ("queued", "translating",
+                                                                   "done")
+
+
 PO = '''# A catalogue of the project.
 msgid ""
 msgstr ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import resource
 import signal
@@ -217,6 +218,7 @@ def test_help_prints_the_flags_and_starts_no_server() -> None:
         (["--port", "nine"], "--port / PORT: Input should be a valid integer"),
         (["--port", "70000"], "--port / PORT: Input should be less than or equal to 65535"),
         (["--device", "tpu"], "--device / DEVICE: Input should be 'auto', 'cpu' or 'cuda'"),
+        (["--port", "9000", "--probe-port", "9000"], "PROBE_PORT must differ from PORT"),
     ],
 )
 def test_bad_arguments_are_refused(
@@ -529,6 +531,48 @@ def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_503(tmp_path: Pat
         assert httpx.get(server.url + "/health").status_code == 200  # room again
         closed = served_samples(server, "translate_http_connections_closed_total")
         assert closed == {"refused": 1, "evicted": 0, "header_timeout": 0}
+
+
+def test_the_probe_port_answers_while_the_api_port_is_full_and_while_stopping(
+        tmp_path: Path) -> None:
+    """PROBE_PORT serves /health, /ready and /metrics (and nothing else) beside PORT, which
+    serves them too; with every connection PORT allows busy it still answers, and it answers
+    through the stop sequence after PORT's listener has closed."""
+    probe_port = free_port()
+    with fake_server(tmp_path, "--max-connections", "2", "--probe-port", str(probe_port),
+                     "--shutdown-delay-s", "0.5", "--shutdown-grace-s", "10",
+                     step_s=0.08) as server:
+        probes = f"http://127.0.0.1:{probe_port}"
+        for path, answer in (("/health", {"status": "ok"}), ("/ready", {"status": "ready"})):
+            assert httpx.get(probes + path).json() == answer
+            assert httpx.get(server.url + path).json() == answer
+        assert "translate_http_requests_total" in httpx.get(probes + "/metrics").text
+        other = httpx.post(probes + "/translate", json={"text": "a"})
+        assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
+
+        body = json.dumps({"text": words(100)}).encode()  # 5 s of decoding
+        busy = [connect(server) for _ in range(2)]
+        for sock in busy:
+            sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(0.3)
+        with connect(server) as sock:  # PORT is full...
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 503 ")
+        assert httpx.get(probes + "/health").status_code == 200  # ...the probe port is not
+
+        server.process.send_signal(signal.SIGTERM)
+        assert listener_closed(server)
+        ready = httpx.get(probes + "/ready")
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "shutting_down"
+        assert httpx.get(probes + "/health").status_code == 200  # draining: alive
+        for sock in busy:  # the accepted requests finish
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            sock.close()
+        assert server.stop() in (0, -signal.SIGTERM)
+        assert "Traceback" not in "".join(server.log)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(probes + "/health")
 
 
 def test_at_the_cap_a_connection_between_requests_is_not_evicted(tmp_path: Path) -> None:

@@ -201,12 +201,27 @@ def test_a_glossary_and_a_document_made_on_one_replica_are_read_on_the_other(
                == "done", what="the document done, seen from B")
     wrong = httpx.post(status_url, headers=auth, data={"document_key": "0" * 64})
     assert wrong.status_code == 404
+    stranger = {"Authorization": "DeepL-Auth-Key k4"}  # the right document_key, another key
+    for path in ("", "/result"):
+        assert httpx.post(status_url + path, headers=stranger, data=key).status_code == 404
+    link = (f"{b.url}/libretranslate/download_file/{document['document_id']}/"
+            f"{document['document_key']}/notes.txt")
+    assert httpx.get(link).status_code == 404  # only /translate_file's files go by URL
     result = httpx.post(status_url + "/result", headers=auth, data=key)
     assert result.status_code == 200
     assert result.content == b"FIRST PARAGRAPH.\n\nSECOND ONE.\n"
     again = httpx.post(f"{a.url}/v2/document/{document['document_id']}/result", headers=auth,
                        data=key)
     assert again.status_code == 404  # downloaded once, from whichever replica
+
+    # LibreTranslate's URL, which its clients fetch without a key, works on either replica.
+    libre = httpx.post(a.url + "/libretranslate/translate_file", data={
+        "source": "en", "target": "de", "api_key": "k3"},
+        files={"file": ("hello.txt", b"hello there")})
+    assert libre.status_code == 200, libre.text
+    url = libre.json()["translatedFileUrl"].replace(a.url, b.url)
+    assert httpx.get(url).content == b"HELLO THERE"
+    assert httpx.get(url).status_code == 404  # once
 
 
 def test_a_document_whose_replica_dies_reads_as_failed_on_the_other(

@@ -24,7 +24,7 @@ from service.api.deepl import (
 )
 from service.api.uploads import document_request, download, form_key
 from service.documents import DONE, ERROR, DocumentJob
-from service.pipeline import PipelineError, PipelineRequest, start_document
+from service.pipeline import PipelineError, PipelineRequest, owner_of, start_document
 from service.state import ServiceState
 
 router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"], route_class=DeepLRoute)
@@ -63,8 +63,10 @@ def _check_fields(fields: dict[str, str], filename: str) -> None:
 
 async def _job(request: Request, document_id: str) -> DocumentJob:
     state: ServiceState = request.app.state.service
-    fields, _ = await key_fields(request, state)
-    job = await state.documents.get(document_id, str(fields.get("document_key") or ""))
+    fields, key = await key_fields(request, state)
+    # Another key's document is "not found" (not 403): a key cannot even learn it exists.
+    job = await state.documents.get(document_id, str(fields.get("document_key") or ""),
+                                    owner_of(state, key))
     if job is None:
         raise PipelineError("document_not_found", "Document not found.", "document_id")
     return job

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.api.deepl import PREFIX, DeepLRoute, key_fields, language_code
 from service.glossary import Glossary, GlossaryError, Pair, parse_entries, valid_id
-from service.pipeline import PipelineError, glossary_owner, glossary_store
+from service.pipeline import PipelineError, glossary_store, owner_of
 from service.state import ServiceState
 
 router = APIRouter(prefix=PREFIX, tags=["DeepL-compatible"], route_class=DeepLRoute)
@@ -105,7 +105,7 @@ async def _create(request: Request, dictionaries_of) -> Glossary:
     fields, key = await key_fields(request, state)
     name = _name(fields)
     dictionaries = dictionaries_of(state, fields)
-    owner = glossary_owner(state, key)
+    owner = owner_of(state, key)
     limit = state.settings.max_glossaries
     if await glossary_store(state).count(owner) >= limit:
         raise PipelineError("too_many_glossaries", f"at most {limit} (MAX_GLOSSARIES); "
@@ -117,7 +117,7 @@ async def _listed(request: Request) -> list[Glossary]:
     """The caller's glossaries."""
     state: ServiceState = request.app.state.service
     _, key = await key_fields(request, state)
-    return await glossary_store(state).list(glossary_owner(state, key))
+    return await glossary_store(state).list(owner_of(state, key))
 
 
 async def _glossary(request: Request, glossary_id: str) -> tuple[Glossary, dict[str, Any]]:
@@ -128,7 +128,7 @@ async def _glossary(request: Request, glossary_id: str) -> tuple[Glossary, dict[
     if not valid_id(glossary_id):
         raise PipelineError("invalid_field", "Invalid glossary ID.", "glossary_id",
                             value=glossary_id)
-    glossary = await glossary_store(state).get(glossary_id, glossary_owner(state, key))
+    glossary = await glossary_store(state).get(glossary_id, owner_of(state, key))
     if glossary is None:
         raise PipelineError("glossary_not_found", "Glossary not found.", "glossary_id",
                             value=glossary_id)

@@ -131,7 +131,7 @@ async def translate_file(request: Request) -> Response:
                                 key="api_key")
 
     job = await pipeline.start_document(state, request, parse, None, key_first=lambda body: (
-        form_key(body, request.headers.get("content-type", ""), "api_key")))
+        form_key(body, request.headers.get("content-type", ""), "api_key")), linked=True)
     assert job.task is not None
     await asyncio.shield(job.task)  # LibreTranslate answers once the file is translated
     if job.status != DONE:
@@ -145,9 +145,12 @@ async def translate_file(request: Request) -> Response:
 @router.get("/download_file/{document_id}/{document_key}/{filename}")
 async def download_file(request: Request, document_id: str, document_key: str,
                         filename: str) -> Response:
-    """A file ``/translate_file`` translated, once; its URL is its key."""
+    """A file ``/translate_file`` translated, once, to whoever holds its URL: LibreTranslate's
+    clients fetch it without a key, so the URL holds the document's key (256 random bits),
+    and serves only files uploaded here, never one uploaded through another API, whose
+    owner's key is asked for."""
     state: ServiceState = request.app.state.service
-    job = await state.documents.get(document_id, document_key)
+    job = await state.documents.linked(document_id, document_key)
     data = await state.documents.take(job) if job is not None and job.status == DONE else None
     if job is None or data is None:
         raise PipelineError("document_not_found", "File not found.")

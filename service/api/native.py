@@ -34,6 +34,7 @@ from service.pipeline import (
     PipelineError,
     PipelineRequest,
     check_key,
+    owner_of,
     require_ready,
 )
 from service.state import State
@@ -239,8 +240,10 @@ async def translate_document(
 
 async def _document(request: Request, state: State, document_id: str, document_key: str,
                     ) -> DocumentJob:
-    check_key(state, request, key_of(request))
-    job = await state.documents.get(document_id, document_key)
+    key = key_of(request)
+    check_key(state, request, key)
+    # Another key's document is "not found" (not 403): a key cannot even learn it exists.
+    job = await state.documents.get(document_id, document_key, owner_of(state, key))
     if job is None:
         raise PipelineError("document_not_found", "Document not found (or not yours: give "
                             "its document_key).", "document_id")

@@ -4,8 +4,14 @@ so the same continuous batching) as everyone's texts, and kept until downloaded.
 Jobs (``DocumentJobs``) run in the process that accepted them, at most MAX_DOCUMENTS at
 once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded. Each has a
 ``document_key``, a secret its uploader must show to see its status or download it (DeepL's
-scheme). With a shared state store (STATE_URL) each job's record (its key's digest, status,
-file name) is written there before its id is answered and again when it ends, with the
+scheme), and an owner, the API key that uploaded it (everyone's, "", when the service asks for
+no keys): another key showing the right ``document_key`` is told there is no such document. A
+job uploaded through LibreTranslate's ``/translate_file`` is ``linked``: its download URL, which
+LibreTranslate's clients fetch without a key, holds its ``document_key`` and works once
+(``DocumentJobs.linked``); no other job can be fetched that way.
+
+With a shared state store (STATE_URL) each job's record (its key's and its owner's digests,
+status, file name) is written there before its id is answered and again when it ends, with the
 translated file, both expiring after DOCUMENT_TTL_S: a client that polls another replica reads
 its status and downloads its file there. While a job runs, its replica renews a lease beside
 the record every third of DOCUMENT_LEASE_S; a running job whose lease has lapsed (its replica
@@ -71,6 +77,7 @@ class DocumentJob:
     created: float = field(default_factory=time.monotonic)
     finished: float | None = None
     task: asyncio.Task[None] | None = None
+    linked: bool = False  # downloadable by its URL alone (LibreTranslate's translatedFileUrl)
     local: bool = True  # run by this process (else read from the shared store)
     published: bool = False  # its record written to the shared store
 
@@ -104,14 +111,15 @@ class DocumentJobs:
         return len(self._jobs) >= self.max_jobs
 
     async def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
-                    text: str | bytes, translate: Translate, characters: int) -> DocumentJob:
-        """A job for ``text`` (the file's bytes for a binary format), translated by
-        ``translate`` (texts in, results out) in the background; with a shared store, its
-        record is there before this returns (or, while the store is down, as soon as it
-        answers again)."""
+                    text: str | bytes, translate: Translate, characters: int,
+                    linked: bool = False) -> DocumentJob:
+        """A job of ``owner``'s for ``text`` (the file's bytes for a binary format),
+        translated by ``translate`` (texts in, results out) in the background; with a shared
+        store, its record is there before this returns (or, while the store is down, as soon
+        as it answers again). ``linked``: downloadable by its URL alone (``linked``)."""
         job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
                           secrets.token_hex(32).upper(), owner, filename, kind, media_type,
-                          pair, characters)
+                          pair, characters, linked=linked)
         self._jobs[job.document_id] = job
         if self.store is not None:
             try:
@@ -162,7 +170,7 @@ class DocumentJobs:
             "key": digest(job.document_key), "owner": stored_owner(job.owner),
             "filename": job.filename, "kind": job.kind, "media_type": job.media_type,
             "pair": list(job.pair), "characters": job.characters, "status": job.status,
-            "error": job.error})
+            "error": job.error, "linked": job.linked})
         # Running: kept as long as a job may run and then be fetched; ended: DOCUMENT_TTL_S.
         ttl = max(1, round(self.ttl_s if job.finished is not None else self.ttl_s + 3600))
         name, result, running = self._name(job.document_id), job.result, job.finished is None
@@ -221,9 +229,25 @@ class DocumentJobs:
 
         self._in_background(publish())
 
-    async def get(self, document_id: str, document_key: str) -> DocumentJob | None:
+    async def get(self, document_id: str, document_key: str, owner: str) -> DocumentJob | None:
+        """The job, when ``document_key`` is its key and ``owner`` its owner: None for any
+        other key, as for a job that does not exist, so that a key learns nothing of another
+        key's documents. StoreDown when only the store could say."""
+        job = await self._find(document_id, document_key)
+        if job is None or not hmac.compare_digest(job.owner.encode(),
+                                                  _owner_form(job, owner).encode()):
+            return None
+        return job
+
+    async def linked(self, document_id: str, document_key: str) -> DocumentJob | None:
+        """The job, when ``document_key`` is its key and it was uploaded to be fetched by its
+        URL alone (``start``'s ``linked``), whoever asks: the URL is the secret."""
+        job = await self._find(document_id, document_key)
+        return job if job is not None and job.linked else None
+
+    async def _find(self, document_id: str, document_key: str) -> DocumentJob | None:
         """The job, when ``document_key`` is its key: this process's, else (with a shared
-        store) another replica's, from its record. StoreDown when only the store could say."""
+        store) another replica's, from its record."""
         self.expire()
         job = self._jobs.get(document_id)
         if job is not None and job.published and job.finished is not None:
@@ -260,10 +284,13 @@ class DocumentJobs:
         if status in (QUEUED, TRANSLATING) and leased is None:
             status, error = ERROR, ("The service translating the document stopped before it "
                                     "ended: upload it again.")
-        # document_key holds the key's digest: get() compares the digest of the one shown.
+        # document_key and owner hold digests: get() compares the digests of those shown. A
+        # record without "linked" (written before jobs were marked) is not: a download URL
+        # handed out by an older replica then fails on this one (404) during an upgrade.
         return DocumentJob(document_id, record["key"], record["owner"], record["filename"],
                            record["kind"], record["media_type"], tuple(record["pair"]),
-                           record["characters"], status=status, error=error, local=False)
+                           record["characters"], status=status, error=error, local=False,
+                           linked=record.get("linked", False))
 
     async def take(self, job: DocumentJob) -> bytes | None:
         """A finished job's translated file, the job deleted with its download (here and in
@@ -303,3 +330,9 @@ def _key_form(job: DocumentJob, document_key: str) -> str:
     """The key shown, in the form the job holds it: as given for this process's jobs, its
     digest for another replica's."""
     return document_key if job.local else digest(document_key)
+
+
+def _owner_form(job: DocumentJob, owner: str) -> str:
+    """The owner shown (an API key, or "" without keys), in the form the job holds it: as
+    given for this process's jobs, as the store keeps it for another replica's."""
+    return owner if job.local else stored_owner(owner)

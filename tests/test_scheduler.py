@@ -462,6 +462,31 @@ def test_a_request_admitted_in_a_block_holds_its_standing_until_the_block_ends()
     scheduler.stop()
 
 
+def test_a_first_pass_answered_from_the_cache_still_holds_the_request_accepted() -> None:
+    """The sentence cache answers a request's whole first pass, so nothing is queued: the
+    request was accepted all the same, and its later passes (a glossary's, the number
+    check's) are queued into a full queue, past the per-request limit and while draining."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=2, max_request_sentences=2)
+
+    async def main() -> tuple[list[Translation], list[Translation]]:
+        with scheduler.admitted("en-de", 1) as admitted:
+            assert await admitted.translate([], DecodeOptions()) == []
+            others = scheduler.admit("en-de", 2)  # another request fills the queue
+            sources = [engine.tokenize(f"p{i} q") for i in range(3)]
+            full = await admitted.translate(sources, DecodeOptions())
+            draining = asyncio.create_task(scheduler.drain(5))
+            await asyncio.sleep(0.05)
+            assert not draining.done()  # the request is still open
+            late = await admitted.translate([engine.tokenize("r s")], DecodeOptions())
+            scheduler.release(others)
+        assert await draining
+        return full, late
+
+    full, late = asyncio.run(main())
+    assert [t.text for t in full] == ["P0 Q", "P1 Q", "P2 Q"] and late[0].text == "R S"
+
+
 def test_the_largest_request_leaves_room_and_rows_for_small_ones() -> None:
     """While the largest request the limits allow decodes, one-sentence requests are admitted
     (never QueueFull) and finish long before it: requests take turns for free rows."""

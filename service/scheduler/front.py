@@ -92,8 +92,9 @@ class Scheduler(Supervision):
         if admission is not None and admission.pair != pair:
             raise ValueError(f"an admission for {admission.pair} used for {pair}")
         if not sources:
-            if admission is not None:
-                self.release(admission)
+            if admission is not None:  # a pass with nothing to queue is a pass all the same
+                admission.submitted = True
+                self.release_room(admission)
             return []
         loop = asyncio.get_running_loop()
         request = Request(

@@ -109,6 +109,7 @@ class Translator:
             max_request_sentences=settings.max_request_sentences,
             batching=settings.batching,
             metrics=metrics,
+            engine_failure_s=settings.engine_failure_s,
         )
         scheduler.start()
         return cls(engines, scheduler, settings, metrics)

@@ -732,6 +732,39 @@ def test_several_poison_sentences_at_once_never_stop_translation(tmp_path: Path)
     run(main())
 
 
+def test_every_step_failing_for_a_while_loses_no_request(tmp_path: Path) -> None:
+    """The engine fails every step for 0.25 s under load: every request still gets 200 with
+    its translation, and the service stays healthy and ready, quarantining nothing."""
+    faults = Faults()
+
+    def factory(directory: Path, settings: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=0.002), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    app = create_app(Settings(model_dir=models, cache_mb=0), engine_factory=factory)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            async def one(i: int) -> None:
+                await asyncio.sleep(0.01 * i)
+                text = f"k{i} l{i}. m{i} n{i}."
+                response = await client.post("/translate", json={"text": text})
+                assert response.status_code == 200, response.text
+                assert response.json()["translations"][0]["text"] == text.upper()
+
+            requests = asyncio.gather(*(one(i) for i in range(30)))
+            await asyncio.sleep(0.03)
+            faults.break_for(0.25)
+            await requests
+            assert faults.steps_failed > 0
+            metrics = (await client.get("/metrics")).text
+            assert 'translate_sentences_total{outcome="failed",pair="en-de"} 0.0' in metrics
+            assert (await client.get("/health")).status_code == 200
+            assert (await client.get("/ready")).status_code == 200
+
+    run(main())
+
+
 def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
     faults = Faults()
 
@@ -739,7 +772,7 @@ def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
         return FaultyEngine(FakeEngine(directory, step_s=0.001), faults)
 
     models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models), engine_factory=factory)
+    app = create_app(Settings(model_dir=models, engine_failure_s=0.5), engine_factory=factory)
 
     async def main() -> None:
         async with serving(app) as client:

@@ -17,7 +17,7 @@ import pytest
 from service.engine import Engine
 from service.metrics import Metrics
 from service.scheduler import (
-    WORKER_FAILURE_LIMIT,
+    POISON_FAILURES,
     DeadlineExceeded,
     QueueFull,
     RequestTooLarge,
@@ -696,7 +696,7 @@ def test_one_poisoned_sentence_sent_again_and_again_kills_no_worker() -> None:
 
     async def main() -> tuple[list[object], str]:
         outcomes: list[object] = []
-        for _ in range(3 * WORKER_FAILURE_LIMIT):
+        for _ in range(12):
             try:
                 await scheduler.translate("en-de", [poison], DecodeOptions())
             except SchedulerError as exc:
@@ -706,20 +706,26 @@ def test_one_poisoned_sentence_sent_again_and_again_kills_no_worker() -> None:
 
     outcomes, later = asyncio.run(main())
     assert all(isinstance(outcome, TranslationFailed) for outcome in outcomes)
-    assert len(outcomes) == 3 * WORKER_FAILURE_LIMIT and later == "X Y"
+    assert len(outcomes) == 12 and later == "X Y"
     assert not scheduler.failed and scheduler.healthy_workers == 1
     scheduler.stop()
 
 
-def test_a_worker_that_keeps_failing_fails_the_scheduler() -> None:
+def test_an_engine_failing_for_good_fails_the_scheduler(caplog: pytest.LogCaptureFixture,
+                                                       ) -> None:
+    """Every step failing, the canary's too, for ``engine_failure_s``: the scheduler gives up
+    (the service's cue to exit), says why, and answers what it held."""
     faults = Faults()
     engine = FakeEngine(step_s=0.001)
-    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)})
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, engine_failure_s=0.3)
     scheduler.start()
+    began = 0.0
 
     async def main() -> list[object]:
+        nonlocal began
         await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
         faults.fail_steps = 10**6  # the replica is broken for good
+        began = time.monotonic()
         outcomes = []
         for i in range(20):
             try:
@@ -731,15 +737,74 @@ def test_a_worker_that_keeps_failing_fails_the_scheduler() -> None:
                 break
         return outcomes
 
-    outcomes = asyncio.run(main())
+    with caplog.at_level("WARNING", logger="service.scheduler"):
+        outcomes = asyncio.run(main())
     assert "ok" not in outcomes
+    assert isinstance(outcomes[0], SchedulerFailed)  # it waited for the fault to pass
+    assert time.monotonic() - began >= 0.3
     assert scheduler.failed and not scheduler.accepting and scheduler.healthy_workers == 0
+    assert "failed for" in caplog.text and "broken for good" in caplog.text
 
     async def later() -> None:
         with pytest.raises(SchedulerFailed):
             await scheduler.translate("en-de", [engine.tokenize("x")], DecodeOptions())
 
     asyncio.run(later())
+
+
+@pytest.mark.parametrize("outage_s", [0.1, 0.25])
+def test_every_step_failing_for_a_while_heals_by_itself(outage_s: float) -> None:
+    """The whole engine fails every step for a while, under load, beside a poison sentence:
+    every innocent request still gets its translation, none is quarantined, the workers live
+    on, and the poison still fails alone and only its own request."""
+    faults = Faults()
+    engine = with_replicas(FakeEngine(step_s=0.002), 2)
+    poison = engine.tokenize("poison pill")
+    faults.poison = tuple(poison)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
+    texts = [words(2 + i % 6, f"h{i}_") for i in range(40)]
+
+    async def one(i: int, delay: float) -> str:
+        await asyncio.sleep(delay)  # requests arriving before, during and after the fault
+        sources = [engine.tokenize(texts[i]), engine.tokenize(f"also {i}")]
+        result = await scheduler.translate("en-de", sources, DecodeOptions(), request_id=f"r{i}")
+        return " | ".join(t.text for t in result)
+
+    async def main() -> tuple[list[str], object, object]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        requests = [asyncio.create_task(one(i, 0.008 * i)) for i in range(len(texts))]
+        await asyncio.sleep(0.02)
+        faults.break_for(outage_s)
+        poisoned = asyncio.create_task(scheduler.translate(
+            "en-de", [engine.tokenize("innocent too"), poison], DecodeOptions(),
+            request_id="bad"))
+        outcomes = await asyncio.gather(*requests)  # any error fails the test
+        failed = (await asyncio.gather(poisoned, return_exceptions=True))[0]
+        steps = faults.steps_failed
+        copy = (await asyncio.gather(scheduler.translate(
+            "en-de", [poison], DecodeOptions()), return_exceptions=True))[0]
+        assert faults.steps_failed == steps  # the copy was refused unrun, from quarantine
+        return outcomes, failed, copy
+
+    outcomes, failed, copy = asyncio.run(main())
+    assert outcomes == [f"{t.upper()} | ALSO {i}" for i, t in enumerate(texts)]
+    assert isinstance(failed, TranslationFailed) and (failed.request_id, failed.index) == (
+        "bad", 1)
+    assert isinstance(copy, TranslationFailed)
+    assert faults.steps_failed > 2 * POISON_FAILURES  # the outage was met, not missed
+    sample = metrics.registry.get_sample_value
+    assert sample("translate_sentences_total", {"pair": "en-de", "outcome": "failed"}) == 1
+    assert not scheduler.failed and scheduler.healthy_workers == 2
+    assert sample("translate_worker_failures_total") == 0
+
+    async def again() -> list[str]:  # none of the innocent sentences was quarantined
+        return [t.text for t in await scheduler.translate(
+            "en-de", [engine.tokenize(t) for t in texts], DecodeOptions())]
+
+    assert asyncio.run(again()) == [t.upper() for t in texts]
+    scheduler.stop()
 
 
 def test_a_refused_sentence_fails_only_its_request() -> None:

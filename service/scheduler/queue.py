@@ -35,10 +35,14 @@ class FairQueue(AdmissionControl):
                 self._held -= held
                 admission.submitted = True
             self._check_open(accepted=later)
-            quarantined = self._quarantine.get(request.pair, {})
-            for index, source in enumerate(request.sources):
-                if tuple(source) in quarantined:
+            quarantined = self._quarantine.get(request.pair)
+            for index, source in enumerate(request.sources if quarantined else ()):
+                until = quarantined.get(tuple(source))
+                if until is None:
+                    continue
+                if until > now:
                     raise TranslationFailed(request.id, index)
+                del quarantined[tuple(source)]  # served its time: tried again
             count = len(request.sources)
             if not later and count > self._max_request:
                 raise RequestTooLarge(count, self._max_request)

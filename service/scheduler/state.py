@@ -39,6 +39,7 @@ class SchedulerState:
         max_request_sentences: int | None = None,
         batching: bool = True,
         metrics: Metrics | None = None,
+        engine_failure_s: float = 30.0,
     ) -> None:
         # One worker per replica (Engine.replicas); an engine without replicas is one.
         replicas = {pair: getattr(engine, "replicas", [engine]) for pair, engine in engines.items()}
@@ -74,7 +75,10 @@ class SchedulerState:
         self._deaths: deque[float] = deque()  # time.monotonic() of recent worker deaths
         # A sentence the service translated, per pair: a restarted worker decodes it first.
         self._canary: dict[str, tuple[Sequence[int], DecodeOptions]] = {}
-        self._quarantine: dict[str, OrderedDict[tuple[int, ...], None]] = {}
+        # Sentences that failed alone while the canary translated, per pair, with the
+        # ``time.monotonic()`` at which each is let through again.
+        self._quarantine: dict[str, OrderedDict[tuple[int, ...], float]] = {}
+        self._engine_failure_s = engine_failure_s
         self._throughput = Throughput()
 
     @property

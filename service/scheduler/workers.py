@@ -1,7 +1,8 @@
 """The workers: one thread per engine replica, each with its own running batch per pair (a
 lane), looping: take cancellations, take waiting sentences while its batch has token and row
 budget left (the engine encodes them before its next step), run one decoder step for every
-lane with rows, and hand each finished sentence to its request at once. A request's future
+lane with rows, and hand each finished sentence to its request at once (after a back-off
+while its engine fails every step, see ``retries``). A request's future
 resolves, via ``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever
 else is running.
 
@@ -28,6 +29,9 @@ class Workers(FairQueue):
 
     def _loop(self, worker: Worker) -> None:
         while True:
+            if worker.step_backoff_s:  # every step fails, the canary's too: let it pass
+                with self._lock:
+                    self._work.wait_for(lambda: self._stopping, worker.step_backoff_s)
             with self._lock:
                 while not (
                     self._stopping
@@ -102,7 +106,7 @@ class Workers(FairQueue):
         except Exception as exc:
             self._step_failed(worker, lane, exc)
             return
-        worker.failed_sources.clear()
+        worker.succeeded()
         if lane.metrics is not None:
             lane.metrics.decode_steps.inc()
             lane.metrics.batch_rows.observe(rows)

@@ -807,6 +807,33 @@ def test_every_step_failing_for_a_while_heals_by_itself(outage_s: float) -> None
     scheduler.stop()
 
 
+def test_faults_far_apart_are_not_one_long_fault() -> None:
+    """A worker backing off with nothing left to run (its request gave up) proves itself until
+    the fault passes: a second short fault long after is new, not the first one's tail
+    reaching ``engine_failure_s``."""
+    faults = Faults()
+    engine = FakeEngine(step_s=0.002)
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, engine_failure_s=0.4)
+    scheduler.start()
+
+    async def main() -> tuple[object, str]:
+        loop = asyncio.get_running_loop()
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.break_for(0.2)
+        expired = (await asyncio.gather(scheduler.translate(
+            "en-de", [engine.tokenize("a b")], DecodeOptions(), loop.time() + 0.05),
+            return_exceptions=True))[0]
+        await asyncio.sleep(0.6)  # no traffic, and past engine_failure_s
+        faults.break_for(0.1)
+        later = await scheduler.translate("en-de", [engine.tokenize("c d")], DecodeOptions())
+        return expired, later[0].text
+
+    expired, later = asyncio.run(main())
+    assert isinstance(expired, DeadlineExceeded)
+    assert later == "C D" and not scheduler.failed and scheduler.healthy_workers == 1
+    scheduler.stop()
+
+
 def test_a_refused_sentence_fails_only_its_request() -> None:
     engine = FakeEngine(max_source_tokens=5)
     scheduler = make_scheduler(engine)

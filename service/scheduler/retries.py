@@ -70,8 +70,6 @@ class Retries(Workers):
         for job in jobs:
             job.batch, job.retry = None, True
         lane.retrying.extend(jobs)
-        if worker.failing_since is None:
-            worker.failing_since = time.monotonic()
         if lane.metrics is not None:
             lane.metrics.step_failures.inc()
             lane.metrics.sentences["retried"].inc(len(jobs))
@@ -101,9 +99,9 @@ class Retries(Workers):
     def _failed_alone(self, worker: Worker, lane: Lane, job: Job, exc: Exception) -> None:
         """Judge a sentence that failed alone by the canary (see the module's docstring)."""
         canary = self._canary_translates(lane)
-        if canary is False:  # the engine fails, not the sentence
-            self._engine_failing(worker, lane, exc)
+        if isinstance(canary, Exception):  # the engine fails, not the sentence
             self._requeue(lane, [job, *lane.retrying])
+            self._engine_failing(worker, lane, canary)
             return
         if canary is True:
             worker.succeeded()
@@ -124,25 +122,39 @@ class Retries(Workers):
         if canary:
             self._quarantined(lane.pair, tuple(job.source))
 
-    def _canary_translates(self, lane: Lane) -> bool | None:
-        """Whether the last sentence translated on the lane's pair translates alone now, in
-        the lane's solo batch; None when none is known."""
+    def _canary_translates(self, lane: Lane) -> bool | Exception | None:
+        """True when the last sentence translated on the lane's pair translates alone now (in
+        the lane's solo batch), what it failed with if not, None when none is known."""
         canary = self._canary.get(lane.pair)
         if canary is None:
             return None
         source, options = canary
+        lane.solo = lane.solo or lane.engine.new_batch()
         try:
             lane.solo.add("canary", list(source), options)
             while len(lane.solo):
                 lane.solo.step()
-        except Exception:
+        except Exception as exc:
             lane.solo.clear()
-            return False
+            return exc
         return True
+
+    def _prove_while_failing(self, worker: Worker) -> None:
+        """A worker backing off with nothing to run decodes the canary itself, so that it
+        knows when the fault has passed (and whether it lasts ENGINE_FAILURE_S) without
+        waiting for a request to try."""
+        for lane in worker.lanes.values():
+            canary = self._canary_translates(lane)
+            if isinstance(canary, Exception):
+                self._engine_failing(worker, lane, canary)
+                return
+        worker.succeeded()
 
     def _engine_failing(self, worker: Worker, lane: Lane, exc: Exception) -> None:
         """Every step fails, the canary's too: back off, or give up once it has lasted
-        ``engine_failure_s``."""
+        ``engine_failure_s``. The clock starts at the first failing canary since one
+        translated, never at an older failure: a worker backing off keeps proving itself
+        (``_prove_while_failing``) until one does."""
         now = time.monotonic()
         if worker.failing_since is None:
             worker.failing_since = now

@@ -32,12 +32,15 @@ class Workers(FairQueue):
             if worker.step_backoff_s:  # every step fails, the canary's too: let it pass
                 with self._lock:
                     self._work.wait_for(lambda: self._stopping, worker.step_backoff_s)
+                if not worker.running and not self._stopping:
+                    self._prove_while_failing(worker)
             with self._lock:
                 while not (
                     self._stopping
                     or (self._waiting and not worker.deferred)
                     or worker.cancelled
                     or worker.running
+                    or worker.step_backoff_s  # still failing: prove itself again
                 ):
                     if self._idle():
                         self._idle_cond.notify_all()  # wake drain() waiters

@@ -88,6 +88,16 @@ def fake_app(tmp_path: Path, *pairs: str, engine_kwargs: dict | None = None, **s
     )
 
 
+def faulty_app(tmp_path: Path, faults: Faults, step_s: float, **settings: Any) -> FastAPI:
+    """An app over an en-de ``FakeEngine`` whose batches fail as ``faults`` says."""
+
+    def factory(directory: Path, _: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=step_s), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    return create_app(Settings(model_dir=models, **settings), engine_factory=factory)
+
+
 def engine_of(app: FastAPI, pair: tuple[str, str] = ("en", "de")) -> FakeEngine:
     return app.state.service.engines[pair]
 
@@ -736,12 +746,7 @@ def test_every_step_failing_for_a_while_loses_no_request(tmp_path: Path) -> None
     """The engine fails every step for 0.25 s under load: every request still gets 200 with
     its translation, and the service stays healthy and ready, quarantining nothing."""
     faults = Faults()
-
-    def factory(directory: Path, settings: Settings) -> FaultyEngine:
-        return FaultyEngine(FakeEngine(directory, step_s=0.002), faults)
-
-    models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models, cache_mb=0), engine_factory=factory)
+    app = faulty_app(tmp_path, faults, step_s=0.002, cache_mb=0)
 
     async def main() -> None:
         async with serving(app) as client:
@@ -767,12 +772,7 @@ def test_every_step_failing_for_a_while_loses_no_request(tmp_path: Path) -> None
 
 def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
     faults = Faults()
-
-    def factory(directory: Path, settings: Settings) -> FaultyEngine:
-        return FaultyEngine(FakeEngine(directory, step_s=0.001), faults)
-
-    models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models, engine_failure_s=0.5), engine_factory=factory)
+    app = faulty_app(tmp_path, faults, step_s=0.001, engine_failure_s=0.5)
 
     async def main() -> None:
         async with serving(app) as client:
@@ -794,12 +794,7 @@ def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
 
 def test_ready_fails_while_the_only_worker_is_being_restarted(tmp_path: Path) -> None:
     faults = Faults()
-
-    def factory(directory: Path, settings: Settings) -> FaultyEngine:
-        return FaultyEngine(FakeEngine(directory, step_s=0.02), faults)
-
-    models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models, request_timeout_s=1.0), engine_factory=factory)
+    app = faulty_app(tmp_path, faults, step_s=0.02, request_timeout_s=1.0)
 
     async def main() -> None:
         async with serving(app) as client:

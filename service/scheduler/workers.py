@@ -34,6 +34,8 @@ class Workers(FairQueue):
                     self._work.wait_for(lambda: self._stopping, worker.step_backoff_s)
                 if not worker.running and not self._stopping:
                     self._prove_while_failing(worker)
+                    if worker.step_backoff_s:  # still failing: the queue waits out the back-off
+                        continue
             with self._lock:
                 while not (
                     self._stopping

@@ -807,6 +807,31 @@ def test_every_step_failing_for_a_while_heals_by_itself(outage_s: float) -> None
     scheduler.stop()
 
 
+def test_a_drain_during_an_outage_finishes_the_accepted_work() -> None:
+    """SIGTERM while the engine fails every step: the requests accepted wait out the fault in
+    the queue and are translated before the drain ends, none lost."""
+    faults = Faults()
+    engine = FakeEngine(step_s=0.002)
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)})
+    scheduler.start()
+
+    async def main() -> tuple[bool, list[str], object]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.break_for(0.25)
+        accepted = [scheduler.translate("en-de", [engine.tokenize(f"d{i} e")], DecodeOptions())
+                    for i in range(8)]
+        results = asyncio.gather(*accepted)
+        await asyncio.sleep(0.05)
+        drained = await scheduler.drain(5)
+        refused = (await asyncio.gather(scheduler.translate(
+            "en-de", [engine.tokenize("late")], DecodeOptions()), return_exceptions=True))[0]
+        return drained, [r[0].text for r in await results], refused
+
+    drained, texts, refused = asyncio.run(main())
+    assert drained and texts == [f"D{i} E" for i in range(8)]
+    assert isinstance(refused, ShuttingDown)
+
+
 def test_faults_far_apart_are_not_one_long_fault() -> None:
     """A worker backing off with nothing left to run (its request gave up) proves itself until
     the fault passes: a second short fault long after is new, not the first one's tail

@@ -2,9 +2,9 @@
 lane), looping: take cancellations, take waiting sentences while its batch has token and row
 budget left (the engine encodes them before its next step), run one decoder step for every
 lane with rows, and hand each finished sentence to its request at once (after a back-off
-while its engine fails every step, see ``retries``). A request's future
-resolves, via ``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever
-else is running.
+while its engine fails every step, see ``retries``). A request's future resolves, via
+``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever else is
+running.
 
 Engines are not thread-safe; only its own worker touches a replica and its batches. The lock
 guards the queue and the cancellation lists, and is never held while an engine runs. A step
@@ -35,6 +35,8 @@ class Workers(FairQueue):
                 if not worker.running and not self._stopping:
                     self._prove_while_failing(worker)
                     if worker.step_backoff_s:  # still failing: the queue waits out the back-off
+                        with self._lock:
+                            worker.cancelled = []  # none of their sentences runs here
                         continue
             with self._lock:
                 while not (

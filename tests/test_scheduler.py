@@ -832,6 +832,36 @@ def test_a_drain_during_an_outage_finishes_the_accepted_work() -> None:
     assert isinstance(refused, ShuttingDown)
 
 
+def test_one_replica_failing_leaves_the_work_to_the_other() -> None:
+    """One replica's engine fails every step for a while, the other's works: the requests the
+    failing one held go back to the queue, and the other translates them meanwhile."""
+    engine = with_replicas(FakeEngine(step_s=0.002), 2)
+    broken = Faults()
+    front = FaultyEngine(engine, Faults(), replica=True)
+    front.replicas = [front, FaultyEngine(engine.replicas[1], broken, replica=True)]
+    scheduler = Scheduler({"en-de": front})
+    scheduler.start()
+
+    async def main() -> tuple[list[str], bool]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        broken.break_for(5.0)
+
+        async def one(i: int) -> str:
+            await asyncio.sleep(0.003 * i)
+            result = await scheduler.translate("en-de", [engine.tokenize(f"r{i} s")],
+                                               DecodeOptions())
+            return result[0].text
+
+        texts = await asyncio.gather(*(one(i) for i in range(24)))
+        return texts, time.monotonic() < broken.broken_until
+
+    texts, during = asyncio.run(main())
+    assert texts == [f"R{i} S" for i in range(24)]
+    assert during  # answered while the replica was still failing, not after
+    assert broken.steps_failed > 0 and not scheduler.failed
+    scheduler.stop()
+
+
 def test_faults_far_apart_are_not_one_long_fault() -> None:
     """A worker backing off with nothing left to run (its request gave up) proves itself until
     the fault passes: a second short fault long after is new, not the first one's tail

@@ -85,11 +85,12 @@ class FairQueue(AdmissionControl):
         the servers interleaved on the shared 2-core machine).
         """
         queue = self._queues[lane.pair]
-        # Workers to leave a sentence to: fewer rows, or as many and a lower number.
+        # Workers to leave a sentence to: fewer rows, or as many and a lower number; none
+        # still proving itself or waiting out a fault of its engine (it takes no work).
         others = [
             (w.lanes[lane.pair], w.index < worker.index)
             for w in self._workers
-            if w is not worker and w.proven
+            if w is not worker and w.proven and not w.step_backoff_s
         ]
         admitted: list[Job] = []
         while queue:

@@ -41,7 +41,7 @@ from service.request_types import (
     TranslateOptions,
     fixed_options,
 )
-from service.scheduler import Admitted, QueueFull, Scheduler, ShuttingDown
+from service.scheduler import Admitted, DeadlineExceeded, QueueFull, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Translation
 from service.sentence_cache import SentenceCache, SharedTier, model_fingerprint, sentence_key
 from service.settings import Settings
@@ -189,7 +189,8 @@ class Translator:
             return self._loop
 
     async def translate_many(self, texts: list[str], pair: Pair, options: TranslateOptions,
-                             *, background: bool = False) -> list[TextResult]:
+                             *, background: bool = False, deadline: float | None = None,
+                             ) -> list[TextResult]:
         """``texts`` in requests the scheduler admits: consecutive texts estimated at up to
         MAX_REQUEST_SENTENCES each, at most as many at once as fill MAX_QUEUE, so that a
         caller of ``translate_batch`` is never refused for a full queue by its own texts.
@@ -201,7 +202,8 @@ class Translator:
         fails it: a plain text of more sentences than one request holds is cut between
         sentences into parts translated as texts of their own and joined back
         (``cut_at_sentences``), and a request that meets a full queue waits its turn
-        (``QueueFull``'s Retry-After, at most ``QUEUE_FULL_WAIT_S``) instead of failing."""
+        (``QueueFull``'s Retry-After, at most ``QUEUE_FULL_WAIT_S``) instead of failing, until
+        the ``deadline`` (the event loop's clock; None: none) of the request it serves."""
         limit = self.scheduler.max_request_sentences
         if background:
             limit = min(limit, BACKGROUND_SENTENCES)
@@ -221,13 +223,18 @@ class Translator:
             chunks[-1].append(part)
             counted += count
 
+        loop = asyncio.get_running_loop()
+
         async def translate(chunk: list[str]) -> list[TextResult]:
             async with gate:
                 while True:
                     try:
-                        return await self.translate(chunk, pair, options)
+                        return await self.translate(chunk, pair, options, deadline=deadline)
                     except QueueFull as full:
-                        await asyncio.sleep(min(full.retry_after, QUEUE_FULL_WAIT_S))
+                        wait = min(full.retry_after, QUEUE_FULL_WAIT_S)
+                        if deadline is not None and loop.time() + wait >= deadline:
+                            raise DeadlineExceeded() from None
+                        await asyncio.sleep(wait)
 
         done = iter([result for results in await asyncio.gather(
             *(translate(chunk) for chunk in chunks if chunk)) for result in results])
@@ -305,7 +312,7 @@ class Translator:
         # A document's segments go in requests within the scheduler's limits, as
         # ``translate_many`` sends texts (an HTML file may hold thousands of sentences).
         if sum(map(estimate_sentences, segments)) > self.scheduler.max_request_sentences:
-            done = await self.translate_many(segments, pair, plain)
+            done = await self.translate_many(segments, pair, plain, deadline=deadline)
         else:
             done = await self.translate(segments, pair, plain, deadline=deadline,
                                         request_id=request_id) if segments else []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.scheduler import ShuttingDown
+from service.scheduler import DeadlineExceeded, ShuttingDown
 from service.settings import Settings
 from service.text import split_sentences
 from service.translator import InvalidOption, TranslateOptions, Translator
@@ -184,3 +184,21 @@ def test_accepted_work_waits_for_a_full_queue_instead_of_failing(tmp_path: Path)
         waited, texts = asyncio.run(main())
     assert waited and texts == [f"T{i} U. V{i} W." for i in range(6)]
     assert time.monotonic() - began < 10
+
+
+def test_work_for_a_request_waits_for_a_full_queue_until_its_deadline(tmp_path: Path) -> None:
+    """The parts of a large HTML text serve a request with a deadline: they wait for room in
+    a full queue until then, not for ever."""
+    with fake_translator(tmp_path, max_request_sentences=4, max_queue=8) as translator:
+
+        async def main() -> object:
+            others = [translator.scheduler.admit("en-de", 4) for _ in range(2)]
+            deadline = asyncio.get_running_loop().time() + 1.5
+            outcome = (await asyncio.gather(translator.translate_many(
+                ["a b. c d."] * 3, ("en", "de"), TranslateOptions(), deadline=deadline),
+                return_exceptions=True))[0]
+            for admission in others:
+                translator.scheduler.release(admission)
+            return outcome
+
+        assert isinstance(asyncio.run(main()), DeadlineExceeded)

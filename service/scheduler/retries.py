@@ -123,8 +123,9 @@ class Retries(Workers):
             self._quarantined(lane.pair, tuple(job.source))
 
     def _canary_translates(self, lane: Lane) -> bool | Exception | None:
-        """True when the last sentence translated on the lane's pair translates alone now (in
-        the lane's solo batch), what it failed with if not, None when none is known."""
+        """True when the canary (the shortest sentence translated on the lane's pair)
+        translates alone now (in the lane's solo batch), what it failed with if not, None
+        when none is known."""
         canary = self._canary.get(lane.pair)
         if canary is None:
             return None

@@ -73,7 +73,10 @@ class SchedulerState:
         self._stopping = False
         self._failed = False
         self._deaths: deque[float] = deque()  # time.monotonic() of recent worker deaths
-        # A sentence the service translated, per pair: a restarted worker decodes it first.
+        # The shortest sentence the service translated, per pair (the canary): a restarted
+        # worker decodes it first, and a sentence failing alone is judged by it. Decoded
+        # whole between two steps of the running batch, the last one translated (as long as
+        # any) held the batch up for a second per wave of poison sentences.
         self._canary: dict[str, tuple[Sequence[int], DecodeOptions]] = {}
         # Sentences that failed alone while the canary translated, per pair, with the
         # ``time.monotonic()`` at which each is let through again.

@@ -1,5 +1,5 @@
 """Supervision: a worker thread that dies fails the requests it was running and is replaced by
-a new one, which proves itself on the last sentence the service translated before it takes
+a new one, which proves itself on the canary (the shortest sentence translated) before it takes
 work, after a backoff that doubles with each recent death; past ``WORKER_RESTARTS`` deaths in
 ``RESTART_WINDOW_S``, or once a worker's engine failed every step for ``engine_failure_s``
 (``EngineBroken``), the scheduler gives up (``failed``), which is the service's cue to fail

@@ -29,10 +29,13 @@ a server of their own, started beside it and stopped after):
    it is in; a fresh four each wave while the 64 last, then the same again), beside 16
    clients sending innocent sentences: the innocents' statuses, the poisons', the longest
    gap between two innocent answers, and /health and /ready probed every 100 ms;
-9. conncap: a server of its own with MAX_CONNECTIONS=40, and 48 closed-loop clients, each
+9. outage (``--faults``): 16 clients while every decoder step, whatever its sentences, fails
+   for 0.1 s, then 0.25 s, in turn, one outage a second: the statuses, the sentences failed
+   (from /metrics), and /health and /ready probed every 100 ms and after;
+10. conncap: a server of its own with MAX_CONNECTIONS=40, and 48 closed-loop clients, each
    on its own kept-alive connection (waiting Retry-After, at most 1 s, after a 503): the
    server's ``translate_http_connections_closed_total`` by reason from /metrics after;
-10. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
+11. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
     second, until the server exits.
 
 For each phase: the responses by status, lost requests (sent, and no HTTP answer came: a
@@ -63,6 +66,7 @@ import resource
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -88,7 +92,13 @@ _THINGS = ("kettle", "lantern", "ledger", "compass", "bridge", "harbour", "orcha
 POISONS = [f"The {animal} quietly ruins the {thing} again." for animal in _ANIMALS
            for thing in _THINGS]
 PHASES = ("capacity", "overload", "largest", "slow", "html", "untranslatables", "fault",
-          "poison", "conncap", "sigterm")
+          "poison", "outage", "conncap", "sigterm")
+# How long every decoder step fails in the outage phase, in turn; the file whose existence
+# makes them fail (tests/faults.py), named to the --faults server in its environment.
+OUTAGES = (0.1, 0.25)
+OUTAGE_FILE = "CHAOS_OUTAGE_FILE"
+_FAILED = re.compile(r'^translate_sentences_total\{outcome="failed",pair="[^"]+"\} (\S+)$',
+                     re.MULTILINE)
 # Settings of the server a phase runs on, when they differ from the main server's.
 # html: a 48,000-character document is ~10 s of a shared 2-core machine's decoding, four at
 # once ~40 s, past the default 30 s deadline; the phase is about the probes, not the deadline.
@@ -577,6 +587,44 @@ async def poison(client, url: str, texts: list[str], seconds: float) -> Tally:
     return tally
 
 
+async def failed_sentences(client) -> float:
+    async with client.get("/metrics") as response:
+        return sum(float(value) for value in _FAILED.findall(await response.text()))
+
+
+async def outage(client, url: str, texts: list[str], seconds: float, trigger: Path) -> Tally:
+    """16 innocent clients while every decoder step fails for a while, once a second."""
+    tally = Tally("outage")
+    failed_before = await failed_sentences(client)
+    outages = 0
+
+    async def breaker() -> None:
+        nonlocal outages
+        for length in itertools.cycle(OUTAGES):
+            await asyncio.sleep(0.75)
+            if time.monotonic() + length >= until:
+                return
+            trigger.touch()
+            await asyncio.sleep(length)
+            trigger.unlink()
+            outages += 1
+
+    started = time.monotonic()
+    until = started + seconds
+    with Probe(url) as probe:
+        await asyncio.gather(breaker(), closed_loop(client, tally, texts, 16, until))
+    tally.seconds = time.monotonic() - started
+    failed = await failed_sentences(client) - failed_before
+    after = []
+    for path in ("/health", "/ready"):
+        async with client.get(path) as response:
+            after.append(f"{path} {response.status}")
+    tally.note = (f"{outages} outages of every step ({' s, '.join(map(str, OUTAGES))} s in "
+                  f"turn): {failed:.0f} sentences failed; {', '.join(after)} after; "
+                  f"{probe.summary()}")
+    return tally
+
+
 async def conncap(url: str, texts: list[str], seconds: float, clients: int,
                   client_timeout: float) -> Tally:
     """Closed-loop clients, each on its own kept-alive connection, more than MAX_CONNECTIONS."""
@@ -651,6 +699,8 @@ def memory(server: Server | None) -> str:
 def start_server(args: argparse.Namespace, extra: dict[str, str] | None = None) -> Server:
     command = [str(Path(__file__).resolve()), "--serve-with-faults"] if args.faults else None
     env = dict(item.split("=", 1) for item in args.env)
+    if args.faults:
+        env[OUTAGE_FILE] = str(args.outage_file)
     server = Server({"MODEL_DIR": str(args.model_dir), **env, **(extra or {})}, command)
     server.wait_ready()
     return server
@@ -668,10 +718,10 @@ async def run(args: argparse.Namespace, url: str, server: Server | None) -> None
         for phase in PHASES:
             if phase in args.skip:
                 continue
-            if phase in ("fault", "poison", "sigterm", *PHASE_ENV) and server is None:
+            if phase in ("fault", "poison", "outage", "sigterm", *PHASE_ENV) and server is None:
                 print(f"{phase:<15} skipped: needs a server this script starts")
                 continue
-            if phase in ("fault", "poison") and not args.faults:
+            if phase in ("fault", "poison", "outage") and not args.faults:
                 print(f"{phase:<15} skipped: run with --faults (a server serving through "
                       "tests/faults.py; the service has no fault switch of its own)")
                 continue
@@ -713,6 +763,8 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
         return await fault(client, texts, args.seconds)
     if phase == "poison":
         return await poison(client, url, texts, args.seconds)
+    if phase == "outage":
+        return await outage(client, url, texts, args.seconds, args.outage_file)
     if phase == "conncap":
         assert own is not None
         return await conncap(own.url, texts, args.seconds, 48, args.client_timeout)
@@ -737,7 +789,8 @@ def main(argv: list[str] | None = None) -> None:
                         default=next((p for p in DEFAULT_TESTS if p.is_file()), DEFAULT_TESTS[-1]))
     parser.add_argument("--seconds", type=float, default=15, help="length of each phase")
     parser.add_argument("--faults", action="store_true",
-                        help="serve through tests/faults.py and run the fault and poison phases")
+                        help="serve through tests/faults.py and run the fault, poison and "
+                        "outage phases")
     parser.add_argument("--skip", default="", help=f"comma-separated phases of {PHASES}")
     parser.add_argument("--max-sentences", type=int,
                         default=int(os.environ.get("MAX_REQUEST_SENTENCES", 512)))
@@ -760,6 +813,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown phases in --skip: {', '.join(sorted(unknown))}")
     raise_open_file_limit()
+    args.outage_file = Path(tempfile.mkdtemp(prefix="chaos-")) / "outage"
     server = None
     url = args.url
     if url is None:
@@ -775,8 +829,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def serve_with_faults() -> None:
     """The service, configured from the environment as ``translate-serve`` is, whose engines
-    fail every decoder step while POISON, or one of POISONS, is in the batch (a test mode:
-    tests/faults.py)."""
+    fail every decoder step while POISON, or one of POISONS, is in the batch, and every step
+    while the file named by OUTAGE_FILE exists (a test mode: tests/faults.py)."""
     from service.loading import default_engine
     from service.main import create_app, server_for
     from service.settings import Settings
@@ -784,6 +838,8 @@ def serve_with_faults() -> None:
 
     settings = Settings()
     faults = Faults()
+    if os.environ.get(OUTAGE_FILE):
+        faults.broken_when = Path(os.environ[OUTAGE_FILE])
 
     def factory(directory: Path, settings: Settings) -> FaultyEngine:
         engine = default_engine(directory, settings)

@@ -122,6 +122,15 @@ class Settings(BaseSettings):
         "take, so that others are never refused because of it.",
     )
 
+    engine_failure_s: float = Field(
+        30.0, gt=0,
+        description="How long a worker's engine may fail every decoder step, retried with "
+        "back-off (10 ms doubling to 1 s) while a sentence it translated before fails too, "
+        "before the engine counts as broken for good: the service then fails `/health` and "
+        "exits (status 3) for the orchestrator to restart it. Shorter faults heal by "
+        "themselves and lose no request.",
+    )
+
     # -- rates, quotas and keys ---------------------------------------------------------------
     requests_per_minute: int = Field(
         0, ge=0,

@@ -142,6 +142,26 @@ def _without_empty(segmented: Segmented) -> Segmented:
     return Segmented(tuple(pieces), tuple(separators))
 
 
+def cut_at_sentences(text: str, most: int) -> list[tuple[str, int]]:
+    """``text`` cut between sentences into parts of at most ``most`` sentences each, with
+    their counts: the parts joined are the text, and each part splits into the sentences it
+    held, so that a text larger than one request may hold is translated in several."""
+    segmented = split_sentences(text)
+    pieces, separators = segmented.pieces, segmented.separators
+    if len(pieces) <= most:
+        return [(text, len(pieces))]
+    parts = []
+    for start in range(0, len(pieces), most):
+        end = min(start + most, len(pieces))
+        part = [separators[start], pieces[start]]
+        for i in range(start + 1, end):
+            part += (separators[i], pieces[i])
+        if end == len(pieces):  # the text's trailing layout ends the last part
+            part.append(separators[end])
+        parts.append(("".join(part), end - start))
+    return parts
+
+
 def estimate_sentences(text: str) -> int:
     """The number of sentences ``split_sentences`` gives, counted without splitting: every
     place it may cut (a line break, terminal punctuation before whitespace, a CJK full stop)

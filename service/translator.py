@@ -42,11 +42,11 @@ from service.request_types import (
     TranslateOptions,
     fixed_options,
 )
-from service.scheduler import Admitted, Scheduler, ShuttingDown
+from service.scheduler import Admitted, DeadlineExceeded, QueueFull, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Translation
 from service.sentence_cache import SentenceCache, SharedTier, model_fingerprint, sentence_key
 from service.settings import Settings
-from service.text import estimate_sentences, split_sentences
+from service.text import cut_at_sentences, estimate_sentences, split_sentences
 
 # The request and result types are the Translator's vocabulary: its callers import them here.
 __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "TranslateOptions",
@@ -59,6 +59,8 @@ WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
 # A document's sentences in flight: requests of this many, this many requests at once.
 BACKGROUND_SENTENCES, BACKGROUND_REQUESTS = 32, 4
+# The longest a request of ``translate_many`` waits before it asks a full queue again.
+QUEUE_FULL_WAIT_S = 1.0
 
 
 class Translator:
@@ -111,6 +113,7 @@ class Translator:
             max_request_sentences=settings.max_request_sentences,
             batching=settings.batching,
             metrics=metrics,
+            engine_failure_s=settings.engine_failure_s,
         )
         scheduler.start()
         return cls(engines, scheduler, settings, metrics)
@@ -188,34 +191,57 @@ class Translator:
             return self._loop
 
     async def translate_many(self, texts: list[str], pair: Pair, options: TranslateOptions,
-                             *, background: bool = False) -> list[TextResult]:
+                             *, background: bool = False, deadline: float | None = None,
+                             ) -> list[TextResult]:
         """``texts`` in requests the scheduler admits: consecutive texts estimated at up to
-        MAX_REQUEST_SENTENCES each (a longer text alone), at most as many at once as fill
-        MAX_QUEUE, so that a caller of ``translate_batch`` is never refused for a full queue
-        by its own texts. ``background`` work (a document) goes in requests of
-        ``BACKGROUND_SENTENCES``, ``BACKGROUND_REQUESTS`` at a time: enough to keep the
-        batch full, never a backlog that every other request would queue behind."""
-        limit = (BACKGROUND_SENTENCES if background else
-                 self.scheduler.max_request_sentences)
+        MAX_REQUEST_SENTENCES each, at most as many at once as fill MAX_QUEUE, so that a
+        caller of ``translate_batch`` is never refused for a full queue by its own texts.
+        ``background`` work (a document) goes in requests of ``BACKGROUND_SENTENCES``,
+        ``BACKGROUND_REQUESTS`` at a time: enough to keep the batch full, never a backlog
+        that every other request would queue behind.
+
+        This is work already accepted, so nothing about its size or the traffic beside it
+        fails it: a plain text of more sentences than one request holds is cut between
+        sentences into parts translated as texts of their own and joined back
+        (``cut_at_sentences``), and a request that meets a full queue waits its turn
+        (``QueueFull``'s Retry-After, at most ``QUEUE_FULL_WAIT_S``) instead of failing, until
+        the ``deadline`` (the event loop's clock; None: none) of the request it serves."""
+        limit = self.scheduler.max_request_sentences
+        if background:
+            limit = min(limit, BACKGROUND_SENTENCES)
         if self._requests is None:  # made on the loop that uses it
             self._requests = asyncio.Semaphore(max(1, self.settings.max_queue // limit))
         gate = asyncio.Semaphore(BACKGROUND_REQUESTS) if background else self._requests
+        # Each text's parts (one, unless it is cut), with their sentence counts.
+        cut = [cut_at_sentences(text, limit)
+               if options.format == "text" and estimate_sentences(text) > limit
+               else [(text, estimate_sentences(text))] for text in texts]
         chunks: list[list[str]] = [[]]
         counted = 0
-        for text in texts:
-            count = estimate_sentences(text)
+        for part, count in (part for parts in cut for part in parts):
             if chunks[-1] and counted + count > limit:
                 chunks.append([])
                 counted = 0
-            chunks[-1].append(text)
+            chunks[-1].append(part)
             counted += count
+
+        loop = asyncio.get_running_loop()
 
         async def translate(chunk: list[str]) -> list[TextResult]:
             async with gate:
-                return await self.translate(chunk, pair, options)
+                while True:
+                    try:
+                        return await self.translate(chunk, pair, options, deadline=deadline)
+                    except QueueFull as full:
+                        wait = min(full.retry_after, QUEUE_FULL_WAIT_S)
+                        if deadline is not None and loop.time() + wait >= deadline:
+                            raise DeadlineExceeded() from None
+                        await asyncio.sleep(wait)
 
-        done = await asyncio.gather(*(translate(chunk) for chunk in chunks if chunk))
-        return [result for results in done for result in results]
+        done = iter([result for results in await asyncio.gather(
+            *(translate(chunk) for chunk in chunks if chunk)) for result in results])
+        return [_joined([next(done) for _ in parts], [count for _, count in parts])
+                for parts in cut]
 
     async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                         *, deadline: float | None = None, request_id: str = "",
@@ -289,7 +315,7 @@ class Translator:
         # A document's segments go in requests within the scheduler's limits, as
         # ``translate_many`` sends texts (an HTML file may hold thousands of sentences).
         if sum(map(estimate_sentences, segments)) > self.scheduler.max_request_sentences:
-            done = await self.translate_many(segments, pair, plain)
+            done = await self.translate_many(segments, pair, plain, deadline=deadline)
         else:
             done = await self.translate(segments, pair, plain, deadline=deadline,
                                         request_id=request_id) if segments else []
@@ -329,6 +355,36 @@ class Translator:
             return found  # type: ignore[return-value]  # every None was filled
 
         return decode
+
+
+def _joined(parts: list[TextResult], sentences: list[int]) -> TextResult:
+    """One text's result from the results of the parts it was cut into (``sentences`` in
+    each): the texts, sentences and layout joined; the score, and each alternative's, the
+    mean of the parts' weighted by their sentences; an alternative where every part has one."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def mean(scores: Sequence[float | None]) -> float | None:
+        if any(score is None for score in scores):
+            return None
+        return sum(s * n for s, n in zip(scores, sentences, strict=True)) / sum(sentences)
+
+    alternatives = None
+    if all(part.alternatives is not None for part in parts):
+        ranks = min(len(part.alternatives or ()) for part in parts)
+        alternatives = [("".join((part.alternatives or [])[rank][0] for part in parts),
+                         mean([(part.alternatives or [])[rank][1] for part in parts]))
+                        for rank in range(ranks)]
+    joined_sentences = separators = None
+    if all(part.sentences is not None and part.separators for part in parts):
+        joined_sentences = [sentence for part in parts for sentence in part.sentences or ()]
+        separators = list(parts[0].separators or ())
+        for part in parts[1:]:  # a part's leading layout follows the last one's trailing
+            later = list(part.separators or ())
+            separators[-1] += later[0]
+            separators += later[1:]
+    return TextResult("".join(part.text for part in parts), mean([p.score for p in parts]),
+                      alternatives, joined_sentences, separators)
 
 
 async def _off_loop(large: bool, work: Callable[[], T]) -> T:

@@ -2,13 +2,14 @@
 
 ``FaultyEngine`` wraps an engine (the real one or ``FakeEngine``) and hands out batches that
 raise where a real engine could: a decoder step that fails while a chosen ("poison") sentence
-is in the batch, the next few steps whatever their sentences, or the batch's bookkeeping. The
-scheduler under test is not touched.
+is in the batch, the next few steps or every step for a while whatever their sentences, or the
+batch's bookkeeping. The scheduler under test is not touched.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,16 @@ class Faults:
         self.poison = tuple(poison) if poison is not None else None
         self.poisons: set[tuple[int, ...]] = set()  # more poison sentences, each on its own
         self.broken_when: Path | None = None  # every step raises while this file exists
+        self.broken_until = 0.0  # every step raises until this time.monotonic() (break_for)
         self.fail_steps = 0  # the next n steps raise, whatever is in the batch
         self.fail_removes = 0  # the next n removals raise (a bug outside the decoder)
         self.steps_failed = 0
         self._lock = threading.Lock()
+
+    def break_for(self, seconds: float) -> None:
+        """Every decoder step, whatever its sentences, raises for the next ``seconds``: a
+        transient fault of the whole engine."""
+        self.broken_until = time.monotonic() + seconds
 
     def take(self, name: str) -> bool:
         with self._lock:
@@ -93,7 +100,8 @@ class FaultyBatch:
     def step(self) -> list[tuple[Hashable, Any]]:
         sources = set(self.sources.values())
         poisoned = self.faults.poison in sources or bool(self.faults.poisons & sources)
-        broken = self.faults.broken_when is not None and self.faults.broken_when.exists()
+        broken = ((self.faults.broken_when is not None and self.faults.broken_when.exists())
+                  or time.monotonic() < self.faults.broken_until)
         if poisoned or broken or self.faults.take("fail_steps"):
             self.faults.count_failure()
             raise InjectedFault("injected decoder fault")

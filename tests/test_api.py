@@ -88,6 +88,16 @@ def fake_app(tmp_path: Path, *pairs: str, engine_kwargs: dict | None = None, **s
     )
 
 
+def faulty_app(tmp_path: Path, faults: Faults, step_s: float, **settings: Any) -> FastAPI:
+    """An app over an en-de ``FakeEngine`` whose batches fail as ``faults`` says."""
+
+    def factory(directory: Path, _: Settings) -> FaultyEngine:
+        return FaultyEngine(FakeEngine(directory, step_s=step_s), faults)
+
+    models = fake_models(tmp_path / "models", "en-de")
+    return create_app(Settings(model_dir=models, **settings), engine_factory=factory)
+
+
 def engine_of(app: FastAPI, pair: tuple[str, str] = ("en", "de")) -> FakeEngine:
     return app.state.service.engines[pair]
 
@@ -732,14 +742,37 @@ def test_several_poison_sentences_at_once_never_stop_translation(tmp_path: Path)
     run(main())
 
 
+def test_every_step_failing_for_a_while_loses_no_request(tmp_path: Path) -> None:
+    """The engine fails every step for 0.25 s under load: every request still gets 200 with
+    its translation, and the service stays healthy and ready, quarantining nothing."""
+    faults = Faults()
+    app = faulty_app(tmp_path, faults, step_s=0.002, cache_mb=0)
+
+    async def main() -> None:
+        async with serving(app) as client:
+            async def one(i: int) -> None:
+                await asyncio.sleep(0.01 * i)
+                text = f"k{i} l{i}. m{i} n{i}."
+                response = await client.post("/translate", json={"text": text})
+                assert response.status_code == 200, response.text
+                assert response.json()["translations"][0]["text"] == text.upper()
+
+            requests = asyncio.gather(*(one(i) for i in range(30)))
+            await asyncio.sleep(0.03)
+            faults.break_for(0.25)
+            await requests
+            assert faults.steps_failed > 0
+            metrics = (await client.get("/metrics")).text
+            assert 'translate_sentences_total{outcome="failed",pair="en-de"} 0.0' in metrics
+            assert (await client.get("/health")).status_code == 200
+            assert (await client.get("/ready")).status_code == 200
+
+    run(main())
+
+
 def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
     faults = Faults()
-
-    def factory(directory: Path, settings: Settings) -> FaultyEngine:
-        return FaultyEngine(FakeEngine(directory, step_s=0.001), faults)
-
-    models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models), engine_factory=factory)
+    app = faulty_app(tmp_path, faults, step_s=0.001, engine_failure_s=0.5)
 
     async def main() -> None:
         async with serving(app) as client:
@@ -761,18 +794,14 @@ def test_health_fails_when_the_workers_cannot_translate(tmp_path: Path) -> None:
 
 def test_ready_fails_while_the_only_worker_is_being_restarted(tmp_path: Path) -> None:
     faults = Faults()
-
-    def factory(directory: Path, settings: Settings) -> FaultyEngine:
-        return FaultyEngine(FakeEngine(directory, step_s=0.02), faults)
-
-    models = fake_models(tmp_path / "models", "en-de")
-    app = create_app(Settings(model_dir=models, request_timeout_s=1.0), engine_factory=factory)
+    app = faulty_app(tmp_path, faults, step_s=0.02, request_timeout_s=1.0)
 
     async def main() -> None:
         async with serving(app) as client:
-            # 31 steps, ~0.6 s: the sentence a restarted worker proves itself on.
-            canary = " ".join(f"c{i}" for i in range(30))
-            assert (await client.post("/translate", json={"text": canary})).status_code == 200
+            # A restarted worker waits 0.1 s, then proves itself on the shortest sentence
+            # translated (the warm-up's, 3 steps of 20 ms) before it takes work.
+            served = " ".join(f"c{i}" for i in range(30))
+            assert (await client.post("/translate", json={"text": served})).status_code == 200
             faults.fail_removes = 1  # dropping the next expired request kills the worker
             killer = " ".join(f"k{i}" for i in range(80))
             assert_error(await client.post("/translate", json={"text": killer}), 504, "timeout")
@@ -790,7 +819,7 @@ def test_ready_fails_while_the_only_worker_is_being_restarted(tmp_path: Path) ->
                         waiting = asyncio.ensure_future(client.post("/translate", json=text))
                 await asyncio.sleep(0.01)
             assert waiting is not None
-            assert statuses[-1] == 200 and statuses.count(503) >= 10, statuses  # ~0.6 s
+            assert statuses[-1] == 200 and statuses.count(503) >= 10, statuses  # ~0.16 s
             assert (await client.get("/ready")).status_code == 200
             assert (await client.get("/health")).status_code == 200  # restarting, not failed
             assert (await waiting).json()["translations"][0]["text"] == "LATER"

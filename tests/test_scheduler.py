@@ -17,7 +17,7 @@ import pytest
 from service.engine import Engine
 from service.metrics import Metrics
 from service.scheduler import (
-    WORKER_FAILURE_LIMIT,
+    POISON_FAILURES,
     DeadlineExceeded,
     QueueFull,
     RequestTooLarge,
@@ -462,6 +462,31 @@ def test_a_request_admitted_in_a_block_holds_its_standing_until_the_block_ends()
     scheduler.stop()
 
 
+def test_a_first_pass_answered_from_the_cache_still_holds_the_request_accepted() -> None:
+    """The sentence cache answers a request's whole first pass, so nothing is queued: the
+    request was accepted all the same, and its later passes (a glossary's, the number
+    check's) are queued into a full queue, past the per-request limit and while draining."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_queue=2, max_request_sentences=2)
+
+    async def main() -> tuple[list[Translation], list[Translation]]:
+        with scheduler.admitted("en-de", 1) as admitted:
+            assert await admitted.translate([], DecodeOptions()) == []
+            others = scheduler.admit("en-de", 2)  # another request fills the queue
+            sources = [engine.tokenize(f"p{i} q") for i in range(3)]
+            full = await admitted.translate(sources, DecodeOptions())
+            draining = asyncio.create_task(scheduler.drain(5))
+            await asyncio.sleep(0.05)
+            assert not draining.done()  # the request is still open
+            late = await admitted.translate([engine.tokenize("r s")], DecodeOptions())
+            scheduler.release(others)
+        assert await draining
+        return full, late
+
+    full, late = asyncio.run(main())
+    assert [t.text for t in full] == ["P0 Q", "P1 Q", "P2 Q"] and late[0].text == "R S"
+
+
 def test_the_largest_request_leaves_room_and_rows_for_small_ones() -> None:
     """While the largest request the limits allow decodes, one-sentence requests are admitted
     (never QueueFull) and finish long before it: requests take turns for free rows."""
@@ -671,7 +696,7 @@ def test_one_poisoned_sentence_sent_again_and_again_kills_no_worker() -> None:
 
     async def main() -> tuple[list[object], str]:
         outcomes: list[object] = []
-        for _ in range(3 * WORKER_FAILURE_LIMIT):
+        for _ in range(12):
             try:
                 await scheduler.translate("en-de", [poison], DecodeOptions())
             except SchedulerError as exc:
@@ -681,20 +706,26 @@ def test_one_poisoned_sentence_sent_again_and_again_kills_no_worker() -> None:
 
     outcomes, later = asyncio.run(main())
     assert all(isinstance(outcome, TranslationFailed) for outcome in outcomes)
-    assert len(outcomes) == 3 * WORKER_FAILURE_LIMIT and later == "X Y"
+    assert len(outcomes) == 12 and later == "X Y"
     assert not scheduler.failed and scheduler.healthy_workers == 1
     scheduler.stop()
 
 
-def test_a_worker_that_keeps_failing_fails_the_scheduler() -> None:
+def test_an_engine_failing_for_good_fails_the_scheduler(caplog: pytest.LogCaptureFixture,
+                                                       ) -> None:
+    """Every step failing, the canary's too, for ``engine_failure_s``: the scheduler gives up
+    (the service's cue to exit), says why, and answers what it held."""
     faults = Faults()
     engine = FakeEngine(step_s=0.001)
-    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)})
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, engine_failure_s=0.3)
     scheduler.start()
+    began = 0.0
 
     async def main() -> list[object]:
+        nonlocal began
         await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
         faults.fail_steps = 10**6  # the replica is broken for good
+        began = time.monotonic()
         outcomes = []
         for i in range(20):
             try:
@@ -706,15 +737,156 @@ def test_a_worker_that_keeps_failing_fails_the_scheduler() -> None:
                 break
         return outcomes
 
-    outcomes = asyncio.run(main())
+    with caplog.at_level("WARNING", logger="service.scheduler"):
+        outcomes = asyncio.run(main())
     assert "ok" not in outcomes
+    assert isinstance(outcomes[0], SchedulerFailed)  # it waited for the fault to pass
+    assert time.monotonic() - began >= 0.3
     assert scheduler.failed and not scheduler.accepting and scheduler.healthy_workers == 0
+    assert "failed for" in caplog.text and "broken for good" in caplog.text
 
     async def later() -> None:
         with pytest.raises(SchedulerFailed):
             await scheduler.translate("en-de", [engine.tokenize("x")], DecodeOptions())
 
     asyncio.run(later())
+
+
+@pytest.mark.parametrize("outage_s", [0.1, 0.25])
+def test_every_step_failing_for_a_while_heals_by_itself(outage_s: float) -> None:
+    """The whole engine fails every step for a while, under load, beside a poison sentence:
+    every innocent request still gets its translation, none is quarantined, the workers live
+    on, and the poison still fails alone and only its own request."""
+    faults = Faults()
+    engine = with_replicas(FakeEngine(step_s=0.002), 2)
+    poison = engine.tokenize("poison pill")
+    faults.poison = tuple(poison)
+    metrics = Metrics()
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, metrics=metrics)
+    scheduler.start()
+    texts = [words(2 + i % 6, f"h{i}_") for i in range(40)]
+
+    async def one(i: int, delay: float) -> str:
+        await asyncio.sleep(delay)  # requests arriving before, during and after the fault
+        sources = [engine.tokenize(texts[i]), engine.tokenize(f"also {i}")]
+        result = await scheduler.translate("en-de", sources, DecodeOptions(), request_id=f"r{i}")
+        return " | ".join(t.text for t in result)
+
+    async def main() -> tuple[list[str], object, object]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        requests = [asyncio.create_task(one(i, 0.008 * i)) for i in range(len(texts))]
+        await asyncio.sleep(0.02)
+        faults.break_for(outage_s)
+        poisoned = asyncio.create_task(scheduler.translate(
+            "en-de", [engine.tokenize("innocent too"), poison], DecodeOptions(),
+            request_id="bad"))
+        outcomes = await asyncio.gather(*requests)  # any error fails the test
+        failed = (await asyncio.gather(poisoned, return_exceptions=True))[0]
+        steps = faults.steps_failed
+        copy = (await asyncio.gather(scheduler.translate(
+            "en-de", [poison], DecodeOptions()), return_exceptions=True))[0]
+        assert faults.steps_failed == steps  # the copy was refused unrun, from quarantine
+        return outcomes, failed, copy
+
+    outcomes, failed, copy = asyncio.run(main())
+    assert outcomes == [f"{t.upper()} | ALSO {i}" for i, t in enumerate(texts)]
+    assert isinstance(failed, TranslationFailed) and (failed.request_id, failed.index) == (
+        "bad", 1)
+    assert isinstance(copy, TranslationFailed)
+    assert faults.steps_failed > 2 * POISON_FAILURES  # the outage was met, not missed
+    sample = metrics.registry.get_sample_value
+    assert sample("translate_sentences_total", {"pair": "en-de", "outcome": "failed"}) == 1
+    assert not scheduler.failed and scheduler.healthy_workers == 2
+    assert sample("translate_worker_failures_total") == 0
+
+    async def again() -> list[str]:  # none of the innocent sentences was quarantined
+        return [t.text for t in await scheduler.translate(
+            "en-de", [engine.tokenize(t) for t in texts], DecodeOptions())]
+
+    assert asyncio.run(again()) == [t.upper() for t in texts]
+    scheduler.stop()
+
+
+def test_a_drain_during_an_outage_finishes_the_accepted_work() -> None:
+    """SIGTERM while the engine fails every step: the requests accepted wait out the fault in
+    the queue and are translated before the drain ends, none lost."""
+    faults = Faults()
+    engine = FakeEngine(step_s=0.002)
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)})
+    scheduler.start()
+
+    async def main() -> tuple[bool, list[str], object]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.break_for(0.25)
+        accepted = [scheduler.translate("en-de", [engine.tokenize(f"d{i} e")], DecodeOptions())
+                    for i in range(8)]
+        results = asyncio.gather(*accepted)
+        await asyncio.sleep(0.05)
+        drained = await scheduler.drain(5)
+        refused = (await asyncio.gather(scheduler.translate(
+            "en-de", [engine.tokenize("late")], DecodeOptions()), return_exceptions=True))[0]
+        return drained, [r[0].text for r in await results], refused
+
+    drained, texts, refused = asyncio.run(main())
+    assert drained and texts == [f"D{i} E" for i in range(8)]
+    assert isinstance(refused, ShuttingDown)
+
+
+def test_one_replica_failing_leaves_the_work_to_the_other() -> None:
+    """One replica's engine fails every step for a while, the other's works: the requests the
+    failing one held go back to the queue, and the other translates them meanwhile."""
+    engine = with_replicas(FakeEngine(step_s=0.002), 2)
+    broken = Faults()
+    front = FaultyEngine(engine, Faults(), replica=True)
+    front.replicas = [front, FaultyEngine(engine.replicas[1], broken, replica=True)]
+    scheduler = Scheduler({"en-de": front})
+    scheduler.start()
+
+    async def main() -> tuple[list[str], bool]:
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        broken.break_for(5.0)
+
+        async def one(i: int) -> str:
+            await asyncio.sleep(0.003 * i)
+            result = await scheduler.translate("en-de", [engine.tokenize(f"r{i} s")],
+                                               DecodeOptions())
+            return result[0].text
+
+        texts = await asyncio.gather(*(one(i) for i in range(24)))
+        return texts, time.monotonic() < broken.broken_until
+
+    texts, during = asyncio.run(main())
+    assert texts == [f"R{i} S" for i in range(24)]
+    assert during  # answered while the replica was still failing, not after
+    assert broken.steps_failed > 0 and not scheduler.failed
+    scheduler.stop()
+
+
+def test_faults_far_apart_are_not_one_long_fault() -> None:
+    """A worker backing off with nothing left to run (its request gave up) proves itself until
+    the fault passes: a second short fault long after is new, not the first one's tail
+    reaching ``engine_failure_s``."""
+    faults = Faults()
+    engine = FakeEngine(step_s=0.002)
+    scheduler = Scheduler({"en-de": FaultyEngine(engine, faults)}, engine_failure_s=0.4)
+    scheduler.start()
+
+    async def main() -> tuple[object, str]:
+        loop = asyncio.get_running_loop()
+        await scheduler.translate("en-de", [engine.tokenize("warm up")], DecodeOptions())
+        faults.break_for(0.2)
+        expired = (await asyncio.gather(scheduler.translate(
+            "en-de", [engine.tokenize("a b")], DecodeOptions(), loop.time() + 0.05),
+            return_exceptions=True))[0]
+        await asyncio.sleep(0.6)  # no traffic, and past engine_failure_s
+        faults.break_for(0.1)
+        later = await scheduler.translate("en-de", [engine.tokenize("c d")], DecodeOptions())
+        return expired, later[0].text
+
+    expired, later = asyncio.run(main())
+    assert isinstance(expired, DeadlineExceeded)
+    assert later == "C D" and not scheduler.failed and scheduler.healthy_workers == 1
+    scheduler.stop()
 
 
 def test_a_refused_sentence_fails_only_its_request() -> None:

@@ -149,19 +149,19 @@ BREAKING_SERVE = (
 
 
 def test_workers_failing_beyond_repair_make_the_process_exit(tmp_path: Path) -> None:
-    """Under compose only an exit lets the restart policy act: a service whose workers keep
-    failing (restarted with backoff, then given up) exits with status 3 instead of living on
-    answering 503."""
+    """Under compose only an exit lets the restart policy act: a service whose engine fails
+    every step for ENGINE_FAILURE_S (retried with back-off meanwhile, then given up) exits
+    with status 3 instead of living on answering 503."""
     models = fake_models(tmp_path / "models", "en-de")
     trigger = tmp_path / "broken"
     server = ServerProcess([sys.executable, "-c", BREAKING_SERVE, str(trigger), "--model-dir",
-                            str(models), "--workers", "1"])
+                            str(models), "--workers", "1", "--engine-failure-s", "1"])
     try:
         server.wait_for("/ready")
         assert httpx.post(server.url + "/translate", json={"text": "fine"}).status_code == 200
         trigger.touch()
         stop = time.monotonic() + 60
-        for i in itertools.count():  # different sentences: a copy is refused from quarantine
+        for i in itertools.count():  # each waits out the fault, then is refused
             if server.process.poll() is not None or time.monotonic() > stop:
                 break
             with contextlib.suppress(httpx.TransportError):

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from service.scheduler import ShuttingDown
+from service.scheduler import DeadlineExceeded, ShuttingDown
+from service.settings import Settings
+from service.text import split_sentences
 from service.translator import InvalidOption, TranslateOptions, Translator
+from tests.test_api import fake_factory, fake_models
 from training.corpus import read_tsv
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit.tsv"
@@ -128,3 +133,72 @@ def test_a_pair_two_bundles_serve_through_english_is_two_legs(tiny_bundle: Path,
         assert pivoted.startswith('<p><a href="https://example.org/a">')
         assert pivoted.endswith("</p>") and pivoted.count("</a>") == 1
         assert pivoted.count("https://example.org/b") == 1
+
+
+def fake_translator(tmp_path: Path, **settings: object) -> Translator:
+    """A Translator over ``FakeEngine`` (a sentence's translation is its words upper-cased)."""
+    models = fake_models(tmp_path / "models", "en-de")
+    return Translator.load(Settings(model_dir=models, cache_mb=0, **settings),  # type: ignore[arg-type]
+                           fake_factory(step_s=0.001))
+
+
+def long_text(paragraphs: int, sentences: int) -> str:
+    return "\n\n".join(" ".join(f"Paragraph {p} sentence {s}." for s in range(sentences))
+                        for p in range(paragraphs)) + "\n"
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_text_larger_than_one_request_is_cut_between_sentences(tmp_path: Path,
+                                                                  background: bool) -> None:
+    """A paragraph of more sentences than MAX_REQUEST_SENTENCES (a document's msgid, say) is
+    work accepted: it is translated in parts and joined back, layout and all."""
+    text = long_text(2, 30)  # 60 sentences, 4 to a request
+    with fake_translator(tmp_path, max_request_sentences=4, max_queue=8) as translator:
+        options = TranslateOptions(return_sentences=True)
+        results = asyncio.run(translator.translate_many(
+            [text, "Short one."], ("en", "de"), options, background=background))
+    whole, short = results
+    assert whole.text == text.upper() and short.text == "SHORT ONE."
+    segmented = split_sentences(text)
+    assert whole.sentences is not None and whole.separators is not None
+    assert [s.text for s in whole.sentences] == [p.upper() for p in segmented.pieces]
+    assert whole.separators == list(segmented.separators)
+
+
+def test_accepted_work_waits_for_a_full_queue_instead_of_failing(tmp_path: Path) -> None:
+    """A document's requests that meet a queue full of others' work wait their turn."""
+    with fake_translator(tmp_path, max_request_sentences=4, max_queue=8) as translator:
+
+        async def main() -> tuple[bool, list[str]]:
+            others = [translator.scheduler.admit("en-de", 4) for _ in range(2)]  # all of it
+            work = asyncio.ensure_future(translator.translate_many(
+                [f"t{i} u. v{i} w." for i in range(6)], ("en", "de"), TranslateOptions(),
+                background=True))
+            await asyncio.sleep(0.3)
+            waited = not work.done()
+            for admission in others:
+                translator.scheduler.release(admission)
+            return waited, [result.text for result in await work]
+
+        began = time.monotonic()
+        waited, texts = asyncio.run(main())
+    assert waited and texts == [f"T{i} U. V{i} W." for i in range(6)]
+    assert time.monotonic() - began < 10
+
+
+def test_work_for_a_request_waits_for_a_full_queue_until_its_deadline(tmp_path: Path) -> None:
+    """The parts of a large HTML text serve a request with a deadline: they wait for room in
+    a full queue until then, not for ever."""
+    with fake_translator(tmp_path, max_request_sentences=4, max_queue=8) as translator:
+
+        async def main() -> object:
+            others = [translator.scheduler.admit("en-de", 4) for _ in range(2)]
+            deadline = asyncio.get_running_loop().time() + 1.5
+            outcome = (await asyncio.gather(translator.translate_many(
+                ["a b. c d."] * 3, ("en", "de"), TranslateOptions(), deadline=deadline),
+                return_exceptions=True))[0]
+            for admission in others:
+                translator.scheduler.release(admission)
+            return outcome
+
+        assert isinstance(asyncio.run(main()), DeadlineExceeded)

@@ -6,8 +6,10 @@ replica (see ``Engine.replicas``); each has its own running batch per pair and l
 (``workers``), so that new sentences join between decoder steps and finished ones answer at
 once. Admission is decided before a request costs anything, and a request stays admitted until
 its last pass (``admission``). Faults stay where they happen: a failed step's sentences are
-retried alone (``retries``), a dead worker is replaced or, dying too often, the scheduler gives
-up (``supervision``). ``Scheduler`` is the front the service calls.
+retried alone, a sentence failing alone while the canary translates is poison, and one failing
+while the canary fails too waits in the queue while the worker backs off (``retries``); a dead
+worker is replaced or, dying too often or its engine failing for good, the scheduler gives up
+(``supervision``). ``Scheduler`` is the front the service calls.
 """
 
 from service.scheduler.admission import Admission, Admitted
@@ -23,14 +25,23 @@ from service.scheduler.errors import (
 )
 from service.scheduler.front import Scheduler
 from service.scheduler.jobs import reserved_tokens
-from service.scheduler.retries import QUARANTINE_SIZE, WORKER_FAILURE_LIMIT
+from service.scheduler.retries import (
+    POISON_FAILURES,
+    QUARANTINE_S,
+    QUARANTINE_SIZE,
+    STEP_BACKOFF_MAX_S,
+    STEP_BACKOFF_S,
+)
 from service.scheduler.supervision import RESTART_BACKOFF_S, RESTART_WINDOW_S, WORKER_RESTARTS
 
 __all__ = [
+    "POISON_FAILURES",
+    "QUARANTINE_S",
     "QUARANTINE_SIZE",
     "RESTART_BACKOFF_S",
     "RESTART_WINDOW_S",
-    "WORKER_FAILURE_LIMIT",
+    "STEP_BACKOFF_MAX_S",
+    "STEP_BACKOFF_S",
     "WORKER_RESTARTS",
     "Admission",
     "Admitted",

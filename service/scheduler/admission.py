@@ -60,12 +60,16 @@ class Admitted:
                         deadline: float | None = None) -> list[Translation]:
         """The translations of ``sources``, queued as one pass of this request."""
         first, self._passed = not self._passed, True
-        translations = await self._submit(
-            self.admission.pair, sources, options, deadline, admission=self.admission,
-            request_id=self.request_id) if sources else []
-        if first:
-            self._release_room(self.admission)  # what the sentences did not take
-        return translations
+        try:
+            return await self._submit(
+                self.admission.pair, sources, options, deadline, admission=self.admission,
+                request_id=self.request_id) if sources else []
+        finally:
+            if first:
+                # The first pass is over even when it queued nothing (the sentence cache
+                # answered it): the later ones are an accepted request's, never refused.
+                self.admission.submitted = True
+                self._release_room(self.admission)  # what the sentences did not take
 
 
 class AdmissionControl(SchedulerState):

@@ -22,7 +22,8 @@ class Scheduler(Supervision):
     """Continuous batching over engines (one per pair): requests queue sentences
     (``admitted``, ``translate``), worker threads decode them in running batches; ``drain`` and
     ``stop`` end it. Built as ``Scheduler(engines, max_batch_tokens=..., max_batch_rows=...,
-    max_queue=..., max_request_sentences=..., batching=..., metrics=...)``."""
+    max_queue=..., max_request_sentences=..., batching=..., metrics=...,
+    engine_failure_s=...)``."""
 
     def start(self) -> None:
         for worker in self._workers:
@@ -51,7 +52,8 @@ class Scheduler(Supervision):
 
     @property
     def failed(self) -> bool:
-        """Workers kept dying (past WORKER_RESTARTS): only a restart of the process helps."""
+        """Workers kept dying (past WORKER_RESTARTS), or an engine failed every step for
+        ``engine_failure_s``: only a restart of the process helps."""
         return self._failed
 
     @property
@@ -92,8 +94,9 @@ class Scheduler(Supervision):
         if admission is not None and admission.pair != pair:
             raise ValueError(f"an admission for {admission.pair} used for {pair}")
         if not sources:
-            if admission is not None:
-                self.release(admission)
+            if admission is not None:  # a pass with nothing to queue is a pass all the same
+                admission.submitted = True
+                self.release_room(admission)
             return []
         loop = asyncio.get_running_loop()
         request = Request(

@@ -35,6 +35,7 @@ class Job:
     enqueued_at: float
     batch: Any = None  # the engine batch it was added to (its encoder runs there)
     retry: bool = False  # in its lane's ``retrying``, after a failed step
+    alone_failures: int = 0  # steps failed alone while the canary translated
 
     @property
     def source(self) -> Sequence[int]:

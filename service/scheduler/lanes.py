@@ -62,8 +62,11 @@ class Worker:
         # Idle at its last look, it left the waiting sentences to a better-placed worker, so it
         # may sleep while they wait.
         self.deferred = False
-        # The sources that failed alone since the last step that succeeded.
-        self.failed_sources: set[tuple[int, ...]] = set()
+        # Since when every step of this worker has failed, the canary's too (None while a
+        # step succeeds), and how long it waits before its next step meanwhile: a transient
+        # fault is retried with back-off, one that lasts ENGINE_FAILURE_S is for good.
+        self.failing_since: float | None = None
+        self.step_backoff_s = 0.0
         # False while a restarted worker proves itself on the canary: none leaves work to it.
         self.proven = proven
         self.backoff_s = 0.0  # how long a restarted worker waits before it proves itself
@@ -72,3 +75,7 @@ class Worker:
     @property
     def running(self) -> int:
         return sum(len(lane.running) for lane in self.lanes.values())
+
+    def succeeded(self) -> None:
+        """A step succeeded: whatever failed before was no engine fault, or has passed."""
+        self.failing_since, self.step_backoff_s = None, 0.0

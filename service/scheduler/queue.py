@@ -35,10 +35,14 @@ class FairQueue(AdmissionControl):
                 self._held -= held
                 admission.submitted = True
             self._check_open(accepted=later)
-            quarantined = self._quarantine.get(request.pair, {})
-            for index, source in enumerate(request.sources):
-                if tuple(source) in quarantined:
+            quarantined = self._quarantine.get(request.pair)
+            for index, source in enumerate(request.sources if quarantined else ()):
+                until = quarantined.get(tuple(source))
+                if until is None:
+                    continue
+                if until > now:
                     raise TranslationFailed(request.id, index)
+                del quarantined[tuple(source)]  # served its time: tried again
             count = len(request.sources)
             if not later and count > self._max_request:
                 raise RequestTooLarge(count, self._max_request)
@@ -81,11 +85,12 @@ class FairQueue(AdmissionControl):
         the servers interleaved on the shared 2-core machine).
         """
         queue = self._queues[lane.pair]
-        # Workers to leave a sentence to: fewer rows, or as many and a lower number.
+        # Workers to leave a sentence to: fewer rows, or as many and a lower number; none
+        # still proving itself or waiting out a fault of its engine (it takes no work).
         others = [
             (w.lanes[lane.pair], w.index < worker.index)
             for w in self._workers
-            if w is not worker and w.proven
+            if w is not worker and w.proven and not w.step_backoff_s
         ]
         admitted: list[Job] = []
         while queue:

@@ -39,6 +39,7 @@ class SchedulerState:
         max_request_sentences: int | None = None,
         batching: bool = True,
         metrics: Metrics | None = None,
+        engine_failure_s: float = 30.0,
     ) -> None:
         # One worker per replica (Engine.replicas); an engine without replicas is one.
         replicas = {pair: getattr(engine, "replicas", [engine]) for pair, engine in engines.items()}
@@ -72,9 +73,15 @@ class SchedulerState:
         self._stopping = False
         self._failed = False
         self._deaths: deque[float] = deque()  # time.monotonic() of recent worker deaths
-        # A sentence the service translated, per pair: a restarted worker decodes it first.
+        # The shortest sentence the service translated, per pair (the canary): a restarted
+        # worker decodes it first, and a sentence failing alone is judged by it. Decoded
+        # whole between two steps of the running batch, the last one translated (as long as
+        # any) held the batch up for a second per wave of poison sentences.
         self._canary: dict[str, tuple[Sequence[int], DecodeOptions]] = {}
-        self._quarantine: dict[str, OrderedDict[tuple[int, ...], None]] = {}
+        # Sentences that failed alone while the canary translated, per pair, with the
+        # ``time.monotonic()`` at which each is let through again.
+        self._quarantine: dict[str, OrderedDict[tuple[int, ...], float]] = {}
+        self._engine_failure_s = engine_failure_s
         self._throughput = Throughput()
 
     @property

@@ -1,7 +1,8 @@
 """Supervision: a worker thread that dies fails the requests it was running and is replaced by
-a new one, which proves itself on the last sentence the service translated before it takes
+a new one, which proves itself on the canary (the shortest sentence translated) before it takes
 work, after a backoff that doubles with each recent death; past ``WORKER_RESTARTS`` deaths in
-``RESTART_WINDOW_S`` the scheduler gives up (``failed``), which is the service's cue to fail
+``RESTART_WINDOW_S``, or once a worker's engine failed every step for ``engine_failure_s``
+(``EngineBroken``), the scheduler gives up (``failed``), which is the service's cue to fail
 its liveness check and exit.
 """
 
@@ -13,7 +14,7 @@ import time
 
 from service.scheduler.errors import SchedulerError, SchedulerFailed, ShuttingDown, WorkerRestarted
 from service.scheduler.lanes import Worker
-from service.scheduler.retries import Retries
+from service.scheduler.retries import EngineBroken, Retries
 
 log = logging.getLogger("service.scheduler")
 
@@ -41,6 +42,11 @@ class Supervision(Retries):
                 time.sleep(worker.backoff_s)
                 self._prove(worker)
             self._loop(worker)
+        except EngineBroken as exc:
+            log.error("%s: %s; the engine is broken for good, giving up so that the process "
+                      "is restarted", worker.name, exc)
+            self._replace(worker, broken=True)
+            return
         except BaseException:  # a bug or a broken replica must not leave requests hanging
             log.exception("%s failed", worker.name)
             self._replace(worker)
@@ -61,16 +67,18 @@ class Supervision(Retries):
                 batch.step()
         worker.proven = True
 
-    def _replace(self, dead: Worker) -> None:
+    def _replace(self, dead: Worker, broken: bool = False) -> None:
         """Fail the dead worker's requests and start a new worker in its place, unless workers
-        died too often (then fail everything: the scheduler is beyond repair)."""
+        died too often or its engine is ``broken`` for good (then fail everything: the
+        scheduler is beyond repair)."""
         now = time.monotonic()
         with self._lock:
             requests = {job.request for lane in dead.lanes.values() for job in lane.running}
             self._deaths.append(now)
             while self._deaths and self._deaths[0] < now - RESTART_WINDOW_S:
                 self._deaths.popleft()
-            restart = not self._stopping and len(self._deaths) <= WORKER_RESTARTS
+            restart = (not self._stopping and not broken
+                       and len(self._deaths) <= WORKER_RESTARTS)
             if restart:
                 worker = Worker(dead.index, dead.engines, self._pair_metrics, proven=False)
                 worker.backoff_s = RESTART_BACKOFF_S * 2 ** (len(self._deaths) - 1)
@@ -91,7 +99,7 @@ class Supervision(Retries):
                         RESTART_WINDOW_S)
             self._start(worker)
         else:
-            if self._failed:
+            if self._failed and not broken:
                 log.error("%s died %d times in %.0f s; giving up", dead.name, len(self._deaths),
                           RESTART_WINDOW_S)
             self._shut_down(dead)

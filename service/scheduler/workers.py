@@ -1,9 +1,10 @@
 """The workers: one thread per engine replica, each with its own running batch per pair (a
 lane), looping: take cancellations, take waiting sentences while its batch has token and row
 budget left (the engine encodes them before its next step), run one decoder step for every
-lane with rows, and hand each finished sentence to its request at once. A request's future
-resolves, via ``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever
-else is running.
+lane with rows, and hand each finished sentence to its request at once (after a back-off
+while its engine fails every step, see ``retries``). A request's future resolves, via
+``loop.call_soon_threadsafe``, the moment its last sentence finishes, whatever else is
+running.
 
 Engines are not thread-safe; only its own worker touches a replica and its batches. The lock
 guards the queue and the cancellation lists, and is never held while an engine runs. A step
@@ -28,12 +29,22 @@ class Workers(FairQueue):
 
     def _loop(self, worker: Worker) -> None:
         while True:
+            if worker.step_backoff_s:  # every step fails, the canary's too: let it pass
+                with self._lock:
+                    self._work.wait_for(lambda: self._stopping, worker.step_backoff_s)
+                if not worker.running and not self._stopping:
+                    self._prove_while_failing(worker)
+                    if worker.step_backoff_s:  # still failing: the queue waits out the back-off
+                        with self._lock:
+                            worker.cancelled = []  # none of their sentences runs here
+                        continue
             with self._lock:
                 while not (
                     self._stopping
                     or (self._waiting and not worker.deferred)
                     or worker.cancelled
                     or worker.running
+                    or worker.step_backoff_s  # still failing: prove itself again
                 ):
                     if self._idle():
                         self._idle_cond.notify_all()  # wake drain() waiters
@@ -102,7 +113,7 @@ class Workers(FairQueue):
         except Exception as exc:
             self._step_failed(worker, lane, exc)
             return
-        worker.failed_sources.clear()
+        worker.succeeded()
         if lane.metrics is not None:
             lane.metrics.decode_steps.inc()
             lane.metrics.batch_rows.observe(rows)
@@ -123,9 +134,11 @@ class Workers(FairQueue):
             request.remaining -= 1
             if request.remaining == 0:
                 self._settle(request, result=request.results)
-        if finished:  # what a restarted worker proves itself on
-            job = finished[-1][0]
-            self._canary[lane.pair] = (job.source, job.request.options)
+        if finished:  # the canary: the shortest sentence translated, the cheapest proof
+            job = min((job for job, _ in finished), key=lambda job: len(job.source))
+            known = self._canary.get(lane.pair)
+            if known is None or len(job.source) <= len(known[0]):
+                self._canary[lane.pair] = (job.source, job.request.options)
         self._throughput.add(len(finished))
 
     def _fail(self, lane: Lane, request: Request, exc: BaseException) -> None:

@@ -80,12 +80,13 @@ def owners(model_dir: str) -> None:
     step("document libraries loaded at start: "
          + (", ".join(m for m in DOCUMENT_LIBRARIES if m in sys.modules) or "none"))
 
-    from service.allocator import fix_mmap_threshold
+    from service.allocator import fix_mmap_threshold, numpy_hugepages
     from service.loading import default_engine
     from service.settings import Settings
 
     settings = Settings(model_dir=model_dir, cache_mb=0)
     fix_mmap_threshold(settings.malloc_mmap_threshold_kb)  # as service.main.serve does
+    numpy_hugepages(settings.numpy_hugepages)
     engine = default_engine(Path(model_dir), settings)
     sessions = []
     for replica in engine.replicas:
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", type=Path, action="append",
                         help="TSV or text files whose first column the clients post "
                         "(default: bench/load.py's test files that exist)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for one more served run (with CACHE_MB=0), repeatable")
     parser.add_argument("--skip-served", action="store_true")
     parser.add_argument("--owners", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -170,7 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n## Served ({args.clients} clients, {args.requests} one-line requests, beam 4)\n")
     print("| settings | ready MiB | after 1 client | after load | peak (VmHWM) | lines/s "
           "| errors |\n|---|---:|---:|---:|---:|---:|---|")
-    for label, env in (("CACHE_MB=0", {"CACHE_MB": "0"}), ("defaults", {})):
+    runs = [("CACHE_MB=0", {"CACHE_MB": "0"}), ("defaults", {})]
+    if args.env:
+        runs.append((" ".join(["CACHE_MB=0", *args.env]),
+                     {"CACHE_MB": "0", **dict(item.split("=", 1) for item in args.env)}))
+    for label, env in runs:
         served(args.model_dir, env, label, args.requests, args.clients, sentences)
 
 

@@ -104,13 +104,13 @@ class BatchCache:
         if (capacity, columns) != (self.capacity, self.columns):
             # Only columns before a row's position are read: nothing to zero.
             shape = (capacity, self.heads, columns, self.head_dim)
-            self.self_keys = [self._resized(b, shape, False) for b in self.self_keys]
-            self.self_values = [self._resized(b, shape, False) for b in self.self_values]
+            self._resize_each(self.self_keys, shape, False)
+            self._resize_each(self.self_values, shape, False)
             self.version = next(_versions)
         if (capacity, src_width) != (self.capacity, self.src_width):
             shape = (capacity, self.heads, src_width, self.head_dim)
-            self.cross_keys = [self._resized(b, shape) for b in self.cross_keys]
-            self.cross_values = [self._resized(b, shape) for b in self.cross_values]
+            self._resize_each(self.cross_keys, shape)
+            self._resize_each(self.cross_values, shape)
             self.src_mask = _grown(self.src_mask, self.rows, (capacity, src_width))
             self.version = next(_versions)
         if capacity != self.capacity:
@@ -118,6 +118,15 @@ class BatchCache:
             self.cross_last = self._resized(self.cross_last, (capacity, 1, width))
             self.log_probs_buffer = np.zeros((capacity, self.vocab), np.float32)
             self.version = next(_versions)
+
+    def _resize_each(self, buffers: list, shape: tuple[int, ...], zeroed: bool = True) -> None:
+        """Resize ``buffers`` in place, one at a time, so that each old buffer is freed before
+        the next new one is allocated: building the new list first held every layer twice,
+        the served peak under load (bench/memory.py)."""
+        for layer, buffer in enumerate(buffers):
+            buffers[layer] = None  # the list's reference gone, ``buffer`` the last one
+            buffers[layer] = self._resized(buffer, shape, zeroed)
+            del buffer
 
     def _resized(self, buffer: np.ndarray, shape: tuple[int, ...], zeroed: bool = True,
                  ) -> np.ndarray:

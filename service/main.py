@@ -24,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from service.allocator import fix_mmap_threshold, numpy_hugepages
 from service.api import deepl, deepl_documents, deepl_glossaries, libretranslate, native, page
 from service.api.private import PrivateRoutesMiddleware
 from service.connections import (
@@ -262,6 +263,8 @@ def serve(settings: Settings, engine_factory: EngineFactory = default_engine) ->
     """Serve until a stop signal, then shut down as ``Server`` describes. Exits with status
     ``EXIT_FAILED`` when loading the models or the translation workers failed beyond
     repair."""
+    fix_mmap_threshold(settings.malloc_mmap_threshold_kb)  # before any worker thread
+    numpy_hugepages(settings.numpy_hugepages)
     server = server_for(create_app(settings, engine_factory=engine_factory), settings)
     server.run()
     if server.service_state.failed_beyond_repair:

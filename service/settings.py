@@ -88,6 +88,18 @@ class Settings(BaseSettings):
         "intermediate tensors for the life of the process. Off (the default) they are freed "
         "after each step.",
     )
+    malloc_mmap_threshold_kb: int = Field(
+        128, ge=0,
+        description="Allocations of this many KiB or more get memory of their own from the "
+        "system, returned when freed (glibc's `M_MMAP_THRESHOLD`, fixed); 0 = glibc's dynamic "
+        "threshold, under which a large batch's buffers stay resident after it ends.",
+    )
+    numpy_hugepages: bool = Field(
+        False,
+        description="Let numpy map its large arrays with transparent huge pages (its default "
+        "where the kernel's THP mode is `madvise`). Off, a batch's buffers are resident only "
+        "where written; on, every 2 MiB region touched is resident whole.",
+    )
     variant: str | None = Field(
         None,
         description="Bundle variant to serve (`fp32`, `int8`, `fp16`); default: the manifest's "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -192,15 +193,7 @@ def test_a_document_is_its_uploaders_alone(server: ServerProcess) -> None:
     download URL serves only what /translate_file translated: a document of the other APIs
     cannot be taken through it with its document_key."""
     own, other = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer k2"}
-    native = httpx.post(server.url + "/translate/document", headers=own,
-                        data={"target_lang": "de"},
-                        files={"file": ("mine.txt", b"secret words")}).json()
-    url = f"{server.url}/translate/document/{native['document_id']}"
-    key = {"document_key": native["document_key"]}
-    for _ in range(200):
-        if httpx.get(url, params=key, headers=own).json()["status"] == "done":
-            break
-        time.sleep(0.05)
+    native, url, key = uploaded(server, own, "mine.txt", b"secret words")
     for path in ("", "/result"):
         refused = httpx.get(url + path, params=key, headers=other)
         assert refused.status_code == 404, refused.text
@@ -290,18 +283,25 @@ LAUGHS = """<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "ha"><!ENTITY b "&a;&a;
 <source>&b;</source></trans-unit></body></file></xliff>"""
 
 
-def translated_file(server: ServerProcess, name: str, content: str) -> str:
-    """A document translated through the service's own document API."""
-    headers = {"Authorization": "Bearer k1"}
+def uploaded(server: ServerProcess, headers: dict[str, str], name: str,
+             content: bytes) -> tuple[dict[str, Any], str, dict[str, str]]:
+    """A document uploaded to the service's own document API and waited for: what the upload
+    answered, the document's URL and its document_key parameter."""
     accepted = httpx.post(server.url + "/translate/document", headers=headers,
-                          data={"target_lang": "de"},
-                          files={"file": (name, content.encode())}).json()
+                          data={"target_lang": "de"}, files={"file": (name, content)}).json()
     url = f"{server.url}/translate/document/{accepted['document_id']}"
     key = {"document_key": accepted["document_key"]}
     for _ in range(200):
         if httpx.get(url, params=key, headers=headers).json()["status"] == "done":
             break
         time.sleep(0.05)
+    return accepted, url, key
+
+
+def translated_file(server: ServerProcess, name: str, content: str) -> str:
+    """A document translated through the service's own document API."""
+    headers = {"Authorization": "Bearer k1"}
+    _, url, key = uploaded(server, headers, name, content.encode())
     return httpx.get(url + "/result", params=key, headers=headers).text
 
 

@@ -66,7 +66,10 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         return
     if state.phase == "loading" and state.shutdown_started is None:  # not once stopping
         state.phase = "ready"
-        log.info("ready: %s", ", ".join(pair_label(pair) for pair in state.engines))
+        loaded = set(state.engines)
+        log.info("ready: %s", ", ".join(pair_label(pair) + ("" if pair in loaded else
+                                                             " (loaded on first request)")
+                                        for pair in state.pairs))
 
 
 def create_app(

@@ -60,6 +60,19 @@ class Settings(BaseSettings):
         "`en-de,opus-mt-en-fr`); empty = every bundle there. Each loaded bundle holds its "
         "weights once (once per worker when workers have several threads each).",
     )
+    model_memory_mb: float = Field(
+        0, ge=0,
+        description="Memory for loaded models, in MB; 0 = no budget. Every bundle is served, "
+        "loaded on its first request, and the least recently used model no request is using is "
+        "unloaded when another needs the room. A model counts as the size of the graphs it "
+        "serves, once per set of sessions its workers open (see `WORKERS`).",
+    )
+    preload: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Models to load at start, by pair (`en-de`) or directory name, "
+        "comma-separated; `/ready` waits for them. Empty = every bundle without "
+        "`MODEL_MEMORY_MB`, none with it.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where onnxruntime runs: `auto` takes a GPU when onnxruntime can run on one "
@@ -392,8 +405,8 @@ class Settings(BaseSettings):
     )
     port: int = Field(8000, ge=0, le=65535, description="Bind port.")
 
-    _split_lists = field_validator("api_keys", "cors_origins", "models", "trusted_proxies",
-                                   mode="before")(_comma_list)
+    _split_lists = field_validator("api_keys", "cors_origins", "models", "preload",
+                                   "trusted_proxies", mode="before")(_comma_list)
 
     @field_validator("trusted_proxies")
     @classmethod

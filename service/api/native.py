@@ -145,13 +145,14 @@ async def metrics(state: State) -> Response:
     responses=_errors(401),
 )
 async def languages(state: State) -> LanguagesResponse:
-    """The language pairs served (empty while loading): each loaded bundle's, and those two
-    bundles serve through English, marked with ``pivot_lang``."""
-    engines = state.engines
-    pairs = [LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
-             for (source, target), engine in engines.items()]
+    """The language pairs served (empty while loading): each bundle's, loaded or loaded on
+    its first request, and those two bundles serve through English, marked with
+    ``pivot_lang``."""
+    bundles = state.pairs
+    pairs = [LanguagePair(source_lang=source, target_lang=target, model=bundle.dir.name)
+             for (source, target), bundle in bundles.items()]
     for (source, target), via in state.pivots.items():
-        legs = (engines[source, via].bundle.dir.name, engines[via, target].bundle.dir.name)
+        legs = (bundles[source, via].dir.name, bundles[via, target].dir.name)
         pairs.append(LanguagePair(source_lang=source, target_lang=target, model="+".join(legs),
                                   pivot_lang=via))
     return LanguagesResponse(pairs=sorted(pairs, key=lambda p: (p.source_lang, p.target_lang)))

@@ -117,7 +117,8 @@ async def health(state: State) -> StatusResponse:
 
 @router.get("/ready", response_model=StatusResponse, responses=_errors(503))
 async def ready(state: State) -> StatusResponse:
-    """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal, and
+    """Readiness: 200 once the bundles PRELOAD names (every one without MODEL_MEMORY_MB) are
+    loaded and warmed up, until the stop signal, and
     while at least one translation worker is healthy (not being restarted)."""
     if state.shutdown_started is not None:
         raise PipelineError("shutting_down", "The service is shutting down.", retry_after=5)

@@ -13,7 +13,9 @@ A model's memory is estimated from its files: the encoder and decoder graphs of 
 it serves (onnxruntime holds their weights; int8 graphs hold int8 weights), once per set of
 sessions the engine opens (workers of one thread share one set, workers of several threads
 hold one each) and once more for the decoder of an int8 engine's one-thread small steps. The
-tokenizer, vocabulary and the batches' caches (a few MB) are left out.
+tokenizer, vocabulary and the batches' caches (a few MB) are left out, and so is what
+onnxruntime adds: the default en-de bundle counts 25 MB and adds 64 MiB resident
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations

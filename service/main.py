@@ -1,9 +1,11 @@
 """The app factory, its lifespan, and the ``translate-serve`` entry point.
 
 Loading happens in the background: the server answers ``/health`` at once and ``/ready`` turns
-200 once every bundle is loaded and has translated a warm-up sentence through the scheduler,
-the same path requests take. Shutdown drains: the scheduler stops admitting, accepted sentences
-finish (up to SHUTDOWN_GRACE_S), then the thread stops; ``Server`` puts the shutdown delay before.
+200 once every bundle PRELOAD names (all of them without MODEL_MEMORY_MB) is loaded and has
+translated a warm-up sentence through the scheduler, the same path requests take; the others
+load on their first request (``service.residency``). Shutdown drains: the scheduler stops
+admitting, accepted sentences finish (up to SHUTDOWN_GRACE_S), then the thread stops;
+``Server`` puts the shutdown delay before.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
         return
     if state.phase == "loading" and state.shutdown_started is None:  # not once stopping
         state.phase = "ready"
-        log.info("ready: %s", ", ".join(pair_label(pair) for pair in state.engines))
+        loaded = set(state.engines)
+        log.info("ready: %s", ", ".join(pair_label(pair) + ("" if pair in loaded else
+                                                             " (loaded on first request)")
+                                        for pair in state.pairs))
 
 
 def create_app(

@@ -141,6 +141,27 @@ class Metrics:
             registry=r,
         )
 
+        # Models loaded on their first request within MODEL_MEMORY_MB (service.residency).
+        self.model_loads = Counter(
+            "translate_model_loads", "Models loaded, by bundle directory.", ["model"], registry=r
+        )
+        self.model_unloads = Counter(
+            "translate_model_unloads", "Models unloaded to make room, by bundle directory.",
+            ["model"], registry=r
+        )
+        self.model_load_seconds = Histogram(
+            "translate_model_load_seconds", "Time to load a model (sessions opened).",
+            buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.models_resident = Gauge(
+            "translate_models_resident", "Models loaded now.", registry=r
+        )
+        self.models_resident_megabytes = Gauge(
+            "translate_models_resident_megabytes",
+            "Estimated memory of the models loaded now (their graphs' sizes, see "
+            "service.residency).", registry=r
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

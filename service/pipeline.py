@@ -308,7 +308,7 @@ def resolve_pair(state: ServiceState, request: PipelineRequest,
     to en and de when several do. A text detected in the target language gets the pair
     (target, target): it is returned unchanged (``untranslated``)."""
     pivots = state.pivots if request.pivot else {}
-    engines = [*state.engines, *pivots]
+    engines = [*state.pairs, *pivots]
     source, target = _code(request.source), _code(request.target)
     detect = request.detect or source == "auto"
     if source == "auto":

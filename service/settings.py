@@ -66,6 +66,19 @@ class Settings(BaseSettings):
         "reports ready, with `translate-models install` (Argos' index, else Opus-MT; needs "
         "the train extra, torch); off, a missing pair stops the start with the command to run.",
     )
+    model_memory_mb: float = Field(
+        0, ge=0,
+        description="Memory for loaded models, in MB; 0 = no budget. Every bundle is served, "
+        "loaded on its first request, and the least recently used model no request is using is "
+        "unloaded when another needs the room. A model counts as the size of the graphs it "
+        "serves, once per set of sessions its workers open (see `WORKERS`).",
+    )
+    preload: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Models to load at start, by pair (`en-de`) or directory name, "
+        "comma-separated; `/ready` waits for them. Empty = every bundle without "
+        "`MODEL_MEMORY_MB`, none with it.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where onnxruntime runs: `auto` takes a GPU when onnxruntime can run on one "
@@ -427,8 +440,8 @@ class Settings(BaseSettings):
         "on `PORT` only. The Kubernetes manifests in `deploy/` probe it.",
     )
 
-    _split_lists = field_validator("api_keys", "cors_origins", "models", "trusted_proxies",
-                                   mode="before")(_comma_list)
+    _split_lists = field_validator("api_keys", "cors_origins", "models", "preload",
+                                   "trusted_proxies", mode="before")(_comma_list)
 
     @field_validator("trusted_proxies")
     @classmethod

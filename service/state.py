@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, Request
 
+from service.bundle import Bundle
 from service.detect import LanguageDetector
 from service.documents import DocumentJobs
 from service.engine import Engine
@@ -78,6 +79,11 @@ class ServiceState:
     def engines(self) -> dict[Pair, Engine]:
         """The loaded engines by pair; none while loading."""
         return self.translator.engines if self.translator is not None else {}
+
+    @property
+    def pairs(self) -> dict[Pair, Bundle]:
+        """Every pair served, loaded or not (``Translator.pairs``); none while loading."""
+        return self.translator.pairs if self.translator is not None else {}
 
     @property
     def pivots(self) -> dict[Pair, str]:

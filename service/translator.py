@@ -23,15 +23,16 @@ import concurrent.futures
 import dataclasses
 import re
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from service import markup
+from service.bundle import Bundle
 from service.engine import Engine
 from service.glossary import Terms
-from service.loading import EngineFactory, Pair, default_engine, load_engines, pair_label
+from service.loading import EngineFactory, Pair, default_engine, pair_label, worker_count
 from service.metrics import Metrics
 from service.passes import Decode, SecondPasses
 from service.pieces import assemble, prepare_texts
@@ -42,6 +43,7 @@ from service.request_types import (
     TranslateOptions,
     fixed_options,
 )
+from service.residency import Residency
 from service.scheduler import Admitted, DeadlineExceeded, QueueFull, Scheduler, ShuttingDown
 from service.search import DecodeOptions, Translation
 from service.sentence_cache import SentenceCache, SharedTier, model_fingerprint, sentence_key
@@ -76,9 +78,9 @@ class Translator:
     ``translate_batch`` runs the same ``translate`` on an event loop of its own.
     """
 
-    def __init__(self, engines: dict[Pair, Engine], scheduler: Scheduler, settings: Settings,
+    def __init__(self, residency: Residency, scheduler: Scheduler, settings: Settings,
                  metrics: Metrics | None = None):
-        self.engines = engines
+        self.residency = residency
         self.scheduler = scheduler
         self.settings = settings
         self.metrics = metrics
@@ -86,25 +88,37 @@ class Translator:
         # cached one is what decoding it again would give.
         self.cache = SentenceCache(settings.cache_mb * 2**20, metrics)
         self.shared_cache: SharedTier | None = None  # the replicas' tier, with STATE_URL
-        self.models = {pair: model_fingerprint(engine.bundle.manifest, engine.variant)
-                       for pair, engine in engines.items()}
-        self.pivots = pivots_of(engines)
+        self.models: dict[Pair, str] = {}  # each pair's fingerprint, once its model loaded
+        self.pivots = pivots_of(self.pairs)
         # A bundle's place names, for the pair it was trained on (service.bundle).
         self.place_names = {
-            pair: Terms(engine.bundle.terms, names=True) for pair, engine in engines.items()
-            if settings.place_names and engine.bundle.terms
-            and pair == (engine.bundle.source_lang, engine.bundle.target_lang)}
+            pair: Terms(bundle.terms, names=True) for pair, bundle in self.pairs.items()
+            if settings.place_names and bundle.terms
+            and pair == (bundle.source_lang, bundle.target_lang)}
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._closed = False
         self._requests: asyncio.Semaphore | None = None
 
+    @property
+    def engines(self) -> dict[Pair, Engine]:
+        """The loaded engines by pair (``service.residency``)."""
+        return self.residency.engines
+
+    @property
+    def pairs(self) -> dict[Pair, Bundle]:
+        """Every pair a bundle serves, loaded or not, and its bundle."""
+        return self.residency.bundles
+
     @classmethod
     def load(cls, settings: Settings, engine_factory: EngineFactory = default_engine,
              metrics: Metrics | None = None) -> Translator:
-        """The bundles of ``settings.model_dir`` (those ``settings.models`` names) loaded, and
-        the scheduler over them started; blocks while the bundles load."""
-        engines = load_engines(settings, engine_factory)
+        """The bundles of ``settings.model_dir`` (those ``settings.models`` names) served,
+        those ``settings.preload`` names loaded (every one without MODEL_MEMORY_MB), and the
+        scheduler started; blocks while they load. The others load on their first request."""
+        residency = Residency(settings, engine_factory, metrics)
+        residency.open(settings.preload)
+        engines = residency.engines
         scheduler = Scheduler(
             {pair_label(pair): engine for pair, engine in engines.items()},
             max_batch_tokens=settings.max_batch_tokens,
@@ -114,9 +128,11 @@ class Translator:
             batching=settings.batching,
             metrics=metrics,
             engine_failure_s=settings.engine_failure_s,
+            workers=None if engines else worker_count(settings),
         )
+        residency.attach(scheduler)
         scheduler.start()
-        return cls(engines, scheduler, settings, metrics)
+        return cls(residency, scheduler, settings, metrics)
 
     @classmethod
     def open(cls, model_dir: str | Path, **settings: Any) -> Translator:
@@ -151,10 +167,10 @@ class Translator:
                  traceback: TracebackType | None) -> None:
         self.close()
 
-    def resolve(self, pair: Pair, options: TranslateOptions) -> DecodeOptions:
+    def resolve(self, engine: Engine, options: TranslateOptions) -> DecodeOptions:
         """The decoding options of a request: its own, else the settings', else the bundle's
-        recommendation, else ``DecodeOptions``' defaults."""
-        return self.engines[pair].options(**fixed_options(options, self.settings))
+        recommendation (``engine``'s), else ``DecodeOptions``' defaults."""
+        return engine.options(**fixed_options(options, self.settings))
 
     def translate_batch(self, texts: Sequence[str], pair: Pair | None = None,
                         options: TranslateOptions | None = None, **option_fields: Any,
@@ -172,14 +188,14 @@ class Translator:
         return self._event_loop().run(self.translate_many(list(texts), pair, options))
 
     def _pair(self, pair: Pair | None) -> Pair:
-        loaded = ", ".join(pair_label(p) for p in self.engines)
+        served = ", ".join(pair_label(p) for p in self.pairs)
         if pair is None:
-            if len(self.engines) != 1:
-                raise ValueError(f"several pairs are loaded ({loaded}): name one")
-            return next(iter(self.engines))
+            if len(self.pairs) != 1:
+                raise ValueError(f"several pairs are served ({served}): name one")
+            return next(iter(self.pairs))
         pair = (pair[0].lower(), pair[1].lower())
-        if pair not in self.engines and pair not in self.pivots:
-            raise ValueError(f"no model for {pair_label(pair)} (loaded: {loaded})")
+        if pair not in self.pairs and pair not in self.pivots:
+            raise ValueError(f"no model for {pair_label(pair)} (served: {served})")
         return pair
 
     def _event_loop(self) -> _LoopThread:
@@ -263,8 +279,16 @@ class Translator:
                                         deadline=deadline, request_id=request_id)
         if options.format == "html":
             return await self._translate_html(texts, pair, options, deadline, request_id)
-        decoding = self.resolve(pair, options)
-        engine = self.engines[pair]
+        # The model is loaded first if need be, and stays loaded until the last pass.
+        async with self.residency.using(pair) as engine:
+            return await self._translate_on(engine, texts, pair, options, deadline, request_id)
+
+    async def _translate_on(self, engine: Engine, texts: Sequence[str], pair: Pair,
+                            options: TranslateOptions, deadline: float | None, request_id: str,
+                            ) -> list[TextResult]:
+        decoding = self.resolve(engine, options)
+        if pair not in self.models:
+            self.models[pair] = model_fingerprint(engine.bundle.manifest, engine.variant)
         # Admitted (or refused) by its estimated sentence count before any splitting or
         # tokenising: a refused request costs next to nothing. The estimate errs high, so one
         # over the limit is counted exactly before it is refused (MAX_REQUEST_CHARS bounds
@@ -393,13 +417,13 @@ async def _off_loop(large: bool, work: Callable[[], T]) -> T:
     return await asyncio.to_thread(work) if large else work()
 
 
-def pivots_of(engines: dict[Pair, Engine]) -> dict[Pair, str]:
-    """The pairs no bundle serves that two loaded bundles do through ``PIVOT``: X->Y as
-    X->en then en->Y, as LibreTranslate serves them; the pivot language by pair."""
-    sources = {source for source, target in engines if target == PIVOT}
-    targets = {target for source, target in engines if source == PIVOT}
+def pivots_of(pairs: Collection[Pair]) -> dict[Pair, str]:
+    """The pairs no bundle serves that two bundles do through ``PIVOT``: X->Y as X->en then
+    en->Y, as LibreTranslate serves them; the pivot language by pair."""
+    sources = {source for source, target in pairs if target == PIVOT}
+    targets = {target for source, target in pairs if source == PIVOT}
     return {(source, target): PIVOT for source in sources for target in targets
-            if source != target and (source, target) not in engines}
+            if source != target and (source, target) not in pairs}
 
 
 class _LoopThread:

@@ -207,7 +207,7 @@ async def languages(request: Request) -> JSONResponse:
     kind = str(fields.get("type") or "source").lower()
     if kind not in ("source", "target"):
         raise PipelineError("invalid_field", "Value for 'type' not supported.", "type")
-    codes = sorted({pair[0 if kind == "source" else 1] for pair in state.engines})
+    codes = sorted({pair[0 if kind == "source" else 1] for pair in state.pairs})
     entries: list[dict[str, Any]] = []
     for code in codes:
         entry: dict[str, Any] = {"language": code.upper(), "name": language_name(code)}

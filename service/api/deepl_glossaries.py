@@ -49,7 +49,7 @@ def v3_json(glossary: Glossary) -> dict[str, Any]:
 def languages(state: ServiceState) -> set[str]:
     """The languages glossaries may be made for: every language a loaded bundle translates
     from or into."""
-    return {code for pair in state.engines for code in pair}
+    return {code for pair in state.pairs for code in pair}
 
 
 def _pair(state: ServiceState, fields: dict[str, Any]) -> Pair:

@@ -163,7 +163,7 @@ async def languages(request: Request) -> JSONResponse:
     through English included, as LibreTranslate lists them."""
     state: ServiceState = request.app.state.service
     targets: dict[str, list[str]] = {}
-    for source, target in sorted([*state.engines, *state.pivots]):
+    for source, target in sorted([*state.pairs, *state.pivots]):
         targets.setdefault(source, []).append(target)
     return JSONResponse([{"code": code, "name": language_name(code), "targets": reached}
                          for code, reached in targets.items()])
@@ -182,7 +182,7 @@ async def detect(request: Request) -> JSONResponse:
         raise PipelineError("missing_field", "missing q parameter", "q")
     texts = text_list(fields["q"], "q")
     require_ready(state)
-    candidates = sorted({source for source, _ in state.engines})
+    candidates = sorted({source for source, _ in state.pairs})
     ranked = state.detect_languages(texts, candidates) or [(candidates[0], 0.0)]
     return JSONResponse([{"confidence": round(100 * confidence, 2), "language": language}
                          for language, confidence in ranked])
@@ -209,7 +209,7 @@ async def frontend_settings(request: Request) -> JSONResponse:
     """LibreTranslate's ``GET /frontend/settings``, which its web UI and some clients read."""
     state: ServiceState = request.app.state.service
     settings = state.settings
-    source, target = min(state.engines, default=("en", "de"))
+    source, target = min(state.pairs, default=("en", "de"))
     return JSONResponse({
         "charLimit": settings.max_chars,
         "frontendTimeout": 500,

@@ -118,7 +118,8 @@ async def health(state: State) -> StatusResponse:
 
 @router.get("/ready", response_model=StatusResponse, responses=_errors(503))
 async def ready(state: State) -> StatusResponse:
-    """Readiness: 200 once every bundle is loaded and warmed up, until the stop signal, and
+    """Readiness: 200 once the bundles PRELOAD names (every one without MODEL_MEMORY_MB) are
+    loaded and warmed up, until the stop signal, and
     while at least one translation worker is healthy (not being restarted)."""
     if state.shutdown_started is not None:
         raise PipelineError("shutting_down", "The service is shutting down.", retry_after=5)
@@ -146,13 +147,14 @@ async def metrics(state: State) -> Response:
     responses=_errors(401),
 )
 async def languages(state: State) -> LanguagesResponse:
-    """The language pairs served (empty while loading): each loaded bundle's, and those two
-    bundles serve through English, marked with ``pivot_lang``."""
-    engines = state.engines
-    pairs = [LanguagePair(source_lang=source, target_lang=target, model=engine.bundle.dir.name)
-             for (source, target), engine in engines.items()]
+    """The language pairs served (empty while loading): each bundle's, loaded or loaded on
+    its first request, and those two bundles serve through English, marked with
+    ``pivot_lang``."""
+    bundles = state.pairs
+    pairs = [LanguagePair(source_lang=source, target_lang=target, model=bundle.dir.name)
+             for (source, target), bundle in bundles.items()]
     for (source, target), via in state.pivots.items():
-        legs = (engines[source, via].bundle.dir.name, engines[via, target].bundle.dir.name)
+        legs = (bundles[source, via].dir.name, bundles[via, target].dir.name)
         pairs.append(LanguagePair(source_lang=source, target_lang=target, model="+".join(legs),
                                   pivot_lang=via))
     return LanguagesResponse(pairs=sorted(pairs, key=lambda p: (p.source_lang, p.target_lang)))

@@ -6,15 +6,19 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from service.scheduler.admission import Admission, Admitted
 from service.scheduler.errors import DeadlineExceeded
 from service.scheduler.jobs import Request
+from service.scheduler.lanes import Lane, Worker
+from service.scheduler.state import replica_list
 from service.scheduler.supervision import Supervision
 
 if TYPE_CHECKING:
+    from service.engine import Engine
     from service.search import DecodeOptions, Translation
 
 
@@ -23,11 +27,52 @@ class Scheduler(Supervision):
     (``admitted``, ``translate``), worker threads decode them in running batches; ``drain`` and
     ``stop`` end it. Built as ``Scheduler(engines, max_batch_tokens=..., max_batch_rows=...,
     max_queue=..., max_request_sentences=..., batching=..., metrics=...,
-    engine_failure_s=...)``."""
+    engine_failure_s=..., workers=...)``; ``add_pairs`` and ``remove_pairs`` change its pairs
+    while it runs."""
 
     def start(self) -> None:
         for worker in self._workers:
             self._start(worker)
+
+    def add_pairs(self, engines: Mapping[str, Engine]) -> None:
+        """Pairs loaded while the scheduler runs (``service.residency``): a lane per worker,
+        each on its own replica, and a queue. Raises ValueError for an engine whose replicas
+        do not match the workers."""
+        lanes: list[tuple[Worker, Lane]] = []
+        metrics = {pair: self._metrics.pair(pair) for pair in engines} if self._metrics else {}
+        for pair, engine in engines.items():
+            replicas = replica_list(engine)
+            if len(replicas) != len(self._workers):
+                raise ValueError(f"{pair} has {len(replicas)} replicas for "
+                                 f"{len(self._workers)} workers")
+            lanes += [(worker, Lane(pair, replica, metrics.get(pair)))
+                      for worker, replica in zip(self._workers, replicas, strict=True)]
+        with self._lock:
+            self._pair_metrics.update(metrics)
+            for pair in engines:
+                self._queues.setdefault(pair, OrderedDict())
+            for worker, lane in lanes:
+                # A worker replaced meanwhile (supervision) gets the lanes too.
+                self._workers[worker.index].add_lane(lane)
+
+    def remove_pairs(self, pairs: Collection[str]) -> bool:
+        """Pairs unloaded: their lanes and queues dropped, once nothing of theirs waits, runs
+        or is being cancelled; False (and nothing dropped) while something does."""
+        with self._lock:
+            busy = any(self._queues.get(pair) for pair in pairs) or any(
+                lane.running for worker in self._workers for pair in pairs
+                if (lane := worker.lanes.get(pair)) is not None) or any(
+                request.pair in pairs for worker in self._workers for request in worker.cancelled)
+            if busy:
+                return False
+            for pair in pairs:
+                self._queues.pop(pair, None)
+                self._pair_metrics.pop(pair, None)
+                self._canary.pop(pair, None)
+                self._quarantine.pop(pair, None)
+                for worker in self._workers:
+                    worker.remove_lane(pair)
+            return True
 
     @property
     def workers(self) -> int:

@@ -54,7 +54,7 @@ class Worker:
     ) -> None:
         self.index = index
         self.name = f"scheduler-{index}"
-        self.engines = engines
+        self.engines = dict(engines)  # its replica per pair; a pair may come and go (add_lane)
         self.lanes = {
             pair: Lane(pair, engine, metrics.get(pair)) for pair, engine in engines.items()
         }
@@ -79,3 +79,13 @@ class Worker:
     def succeeded(self) -> None:
         """A step succeeded: whatever failed before was no engine fault, or has passed."""
         self.failing_since, self.step_backoff_s = None, 0.0
+
+    def add_lane(self, lane: Lane) -> None:
+        """A pair loaded while the worker runs (the scheduler's lock held)."""
+        self.engines[lane.pair] = lane.engine
+        self.lanes[lane.pair] = lane
+
+    def remove_lane(self, pair: str) -> None:
+        """A pair unloaded, its lane empty (the scheduler's lock held)."""
+        self.engines.pop(pair, None)
+        self.lanes.pop(pair, None)

@@ -63,7 +63,7 @@ class FairQueue(AdmissionControl):
             if request.cancelled:
                 return
             request.cancelled = True
-            self._waiting -= len(self._queues[request.pair].pop(request, ()))
+            self._waiting -= len(self._queues.get(request.pair, {}).pop(request, ()))
             for worker in self._workers:  # whichever runs its rows drops them
                 worker.cancelled.append(request)
             self._work.notify_all()

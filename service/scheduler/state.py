@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from service.search import DecodeOptions
 
 
+def replica_list(engine: Engine) -> list[Engine]:
+    return list(getattr(engine, "replicas", [engine]))
+
+
 class SchedulerState:
     def __init__(
         self,
@@ -40,10 +44,12 @@ class SchedulerState:
         batching: bool = True,
         metrics: Metrics | None = None,
         engine_failure_s: float = 30.0,
+        workers: int | None = None,
     ) -> None:
         # One worker per replica (Engine.replicas); an engine without replicas is one.
-        replicas = {pair: getattr(engine, "replicas", [engine]) for pair, engine in engines.items()}
-        counts = {len(r) for r in replicas.values()}
+        # ``workers`` says how many when pairs are loaded later (``Scheduler.add_pairs``).
+        replicas = {pair: replica_list(engine) for pair, engine in engines.items()}
+        counts = {len(r) for r in replicas.values()} | ({workers} if workers else set())
         if len(counts) > 1:
             raise ValueError(f"every engine needs the same number of replicas, got {counts}")
         count = counts.pop() if counts else 1

@@ -56,7 +56,7 @@ class Supervision(Retries):
     def _prove(self, worker: Worker) -> None:
         """A restarted worker decodes a sentence the service translated before, alone, before
         it takes work: a replica that cannot must not fail the requests it would admit."""
-        for lane in worker.lanes.values():
+        for lane in list(worker.lanes.values()):
             canary = self._canary.get(lane.pair)
             if canary is None:
                 continue

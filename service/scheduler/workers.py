@@ -60,14 +60,16 @@ class Workers(FairQueue):
                 # worker never defers, so a waiting sentence always has a worker awake.)
                 worker.deferred = worker.deferred and not worker.running
             self._set_queue_gauge()
-            for lane in worker.lanes.values():
+            # The lanes as they were under the lock: a pair may be loaded meanwhile.
+            for lane in admitted:
                 self._drop(lane, cancelled)
                 self._encode(lane, admitted[lane])
                 self._step(worker, lane)
                 if lane.retries:
                     self._retry_step(worker, lane)
                 if lane.metrics is not None:
-                    running = sum(len(w.lanes[lane.pair].running) for w in self._workers)
+                    running = sum(len(w.lanes[lane.pair].running) for w in self._workers
+                                  if lane.pair in w.lanes)
                     lane.metrics.running_sentences.set(running)
 
     def _drop(self, lane: Lane, cancelled: list[Request]) -> None:

@@ -1,0 +1,251 @@
+"""Which bundles MODEL_DIR holds, which are loaded, and loading and unloading them.
+
+Every bundle is served from the start, but its engine is loaded on the pair's first request
+(``Residency.using``), in a thread so that requests for loaded pairs go on meanwhile; requests
+that arrive while it loads wait for that one load. With MODEL_MEMORY_MB the loaded models stay
+within the budget: before a model comes in, the least recently used ones that no request is
+using are unloaded (their lanes leave the scheduler once empty). When every other model is in
+use the new one comes in anyway, so the resident models exceed the budget by at most the one
+loading, and the next load evicts again. PRELOAD names the models loaded at start (default:
+every bundle when there is no budget).
+
+A model's memory is estimated from its files: the encoder and decoder graphs of the variant
+it serves (onnxruntime holds their weights; int8 graphs hold int8 weights), once per set of
+sessions the engine opens (workers of one thread share one set, workers of several threads
+hold one each) and once more for the decoder of an int8 engine's one-thread small steps. The
+tokenizer, vocabulary and the batches' caches (a few MB) are left out, and so is what
+onnxruntime adds: the default en-de bundle counts 25 MB and adds 64 MiB resident
+(docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from service.bundle import Bundle, load_bundle
+from service.engine import Engine
+from service.loading import EngineFactory, Pair, bundle_dirs, pair_label
+from service.metrics import Metrics
+from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.scheduler import Scheduler
+
+log = logging.getLogger("service")
+
+MB = 2**20
+UNLOAD_WAIT_S = 60.0  # a lane's cancelled sentences leave at the worker's next step
+UNLOAD_POLL_S = 0.01
+
+
+def graph_megabytes(bundle: Bundle, variant: str | None) -> float:
+    """The encoder and decoder graphs of ``variant`` (the manifest's default when None), in MB."""
+    return sum(path.stat().st_size for path in bundle.graph_paths(variant)) / MB
+
+
+def engine_megabytes(engine: Engine) -> float:
+    """A loaded engine's estimated memory (see the module's notes)."""
+    encoder, decoder = engine.bundle.graph_paths(engine.variant)
+    replicas = engine.replicas
+    session_sets = len({id(replica.encoder) for replica in replicas})
+    # An int8 engine's decoder for small steps is a second session only with several threads.
+    small = len({id(replica.decoder_small) for replica in replicas
+                 if replica.decoder_small is not replica.decoder})
+    return (session_sets * encoder.stat().st_size
+            + (session_sets + small) * decoder.stat().st_size) / MB
+
+
+@dataclass
+class Resident:
+    engine: Engine
+    megabytes: float
+
+
+class Residency:
+    """The bundles of ``settings.model_dir`` (those ``settings.models`` names) by the pairs
+    they serve, loaded within ``settings.model_memory_mb`` (0: no budget). The Translator
+    holds a pair's engine with ``using``; the scheduler gets the lanes of each model loaded
+    (``attach``). ``open`` lists the bundles and loads those PRELOAD names."""
+
+    def __init__(self, settings: Settings, factory: EngineFactory,
+                 metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.metrics = metrics
+        self.budget_mb = settings.model_memory_mb
+        self.directories = bundle_dirs(Path(settings.model_dir), settings.models)
+        if not self.directories:
+            raise RuntimeError(f"no model bundles in {settings.model_dir} (set MODEL_DIR)")
+        self.bundles: dict[Pair, Bundle] = {}  # every pair served
+        self.pairs_of: dict[Path, list[Pair]] = {}
+        self.scheduler: Scheduler | None = None
+        self._loaded: OrderedDict[Path, Resident] = OrderedDict()  # least recently used first
+        self._in_use: Counter[Path] = Counter()  # requests holding (or awaiting) each model
+        self._loading: dict[Path, asyncio.Future[Resident]] = {}  # on the event loop only
+        self._state = threading.Lock()  # _loaded and _in_use, between the loop and a load
+        self._load_lock = threading.Lock()  # one load or unload at a time
+
+    @property
+    def engines(self) -> dict[Pair, Engine]:
+        """The loaded engines by pair."""
+        with self._state:
+            return {pair: resident.engine for directory, resident in self._loaded.items()
+                    for pair in self.pairs_of[directory]}
+
+    @property
+    def resident_megabytes(self) -> float:
+        with self._state:
+            return sum(resident.megabytes for resident in self._loaded.values())
+
+    def open(self, names: Sequence[str]) -> None:
+        """Serve every bundle, loading those PRELOAD ``names`` (by pair, ``en-de``, or directory
+        name) now, blocking; none named: every bundle without a budget, none with one. The
+        others' manifests are read (their checksums are verified when they load)."""
+        if not names and not self.budget_mb:  # all of them, as a service without a budget
+            for directory in self.directories:
+                self._load(directory)
+            return
+        for directory in self.directories:
+            self._register(load_bundle(directory, verify_checksums=False))
+        for directory in self._named(names):
+            self._load(directory)
+
+    def _named(self, names: Sequence[str]) -> list[Path]:
+        chosen: list[Path] = []
+        for name in names:
+            found = [directory for directory, pairs in self.pairs_of.items()
+                     if name == directory.name or name.lower() in map(pair_label, pairs)]
+            if not found:
+                served = ", ".join(sorted(map(pair_label, self.bundles)))
+                raise RuntimeError(f"PRELOAD names {name}, which no bundle serves "
+                                   f"(served: {served})")
+            chosen += [directory for directory in found if directory not in chosen]
+        return chosen
+
+    def _register(self, bundle: Bundle) -> None:
+        """``bundle``'s pairs served; raises when another bundle serves one of them."""
+        pairs = [(source.lower(), target.lower()) for source, target in bundle.pairs]
+        for pair in pairs:
+            other = self.bundles.get(pair)
+            if other is not None and other.dir != bundle.dir:
+                raise RuntimeError(f"{bundle.dir} and {other.dir} both serve {pair_label(pair)}")
+            self.bundles[pair] = bundle
+        self.pairs_of[bundle.dir] = pairs
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """The scheduler the models loaded from now on get their lanes in."""
+        self.scheduler = scheduler
+
+    @contextlib.asynccontextmanager
+    async def using(self, pair: Pair) -> AsyncIterator[Engine]:
+        """``pair``'s engine, loaded first if need be, and kept loaded until the block ends.
+        Concurrent first requests share one load; the load runs in a thread."""
+        directory = self.bundles[pair].dir
+        with self._state:
+            # Counted before the load: a model someone waits for is never the one evicted.
+            self._in_use[directory] += 1
+            resident = self._loaded.get(directory)
+            if resident is not None:
+                self._loaded.move_to_end(directory)
+        try:
+            if resident is None:
+                resident = await asyncio.shield(self._load_once(directory))
+            yield resident.engine
+        finally:
+            with self._state:
+                self._in_use[directory] -= 1
+
+    def _load_once(self, directory: Path) -> asyncio.Future[Resident]:
+        future = self._loading.get(directory)
+        if future is None:
+            future = asyncio.ensure_future(asyncio.to_thread(self._load, directory))
+            self._loading[directory] = future
+            future.add_done_callback(lambda _: self._loading.pop(directory, None))
+        return future
+
+    def _load(self, directory: Path) -> Resident:
+        """Load ``directory``'s model after unloading what the budget needs; blocking."""
+        with self._load_lock:
+            with self._state:
+                resident = self._loaded.get(directory)
+                if resident is not None:  # loaded while this waited for the lock
+                    self._loaded.move_to_end(directory)
+                    return resident
+            needed = 0.0
+            if self.budget_mb:  # every manifest was read (``open``)
+                bundle = self.bundles[self.pairs_of[directory][0]]
+                needed = graph_megabytes(bundle, self.settings.variant)
+            for victim in self._evict(needed, keep=directory):
+                self._unload(victim)
+            started = time.monotonic()
+            engine = self.factory(directory, self.settings)
+            seconds = time.monotonic() - started
+            if directory not in self.pairs_of:
+                self._register(engine.bundle)
+            labels = [pair_label(pair) for pair in self.pairs_of[directory]]
+            if self.scheduler is not None:
+                self.scheduler.add_pairs({label: engine for label in labels})
+            # (An engine that is not onnxruntime's, a test's, counts as its estimate.)
+            resident = Resident(engine, engine_megabytes(engine) if isinstance(engine, Engine)
+                                else needed)
+            with self._state:
+                self._loaded[directory] = resident
+            log.info("loaded %s from %s on %s in %.1f s (%.0f MB)", ", ".join(labels),
+                     directory, getattr(engine, "device", self.settings.device), seconds,
+                     resident.megabytes)
+            if self.metrics is not None:
+                self.metrics.model_loads.labels(directory.name).inc()
+                self.metrics.model_load_seconds.observe(seconds)
+            self._set_gauges()
+            return resident
+
+    def _evict(self, needed: float, keep: Path) -> list[Path]:
+        """Take out of the loaded set, least recently used first, the models no request holds
+        until ``needed`` MB fit in the budget; their lanes go next (``_unload``)."""
+        victims: list[Path] = []
+        if not self.budget_mb:
+            return victims
+        with self._state:
+            total = sum(resident.megabytes for resident in self._loaded.values())
+            for directory in list(self._loaded):
+                if total + needed <= self.budget_mb:
+                    break
+                if directory != keep and not self._in_use[directory]:
+                    total -= self._loaded.pop(directory).megabytes
+                    victims.append(directory)
+        if total + needed > self.budget_mb:
+            log.warning("loading %s exceeds MODEL_MEMORY_MB=%g: the other models loaded are in "
+                        "use", keep.name, self.budget_mb)
+        return victims
+
+    def _unload(self, directory: Path) -> None:
+        labels = [pair_label(pair) for pair in self.pairs_of[directory]]
+        if self.scheduler is not None:
+            waited = 0.0
+            while not self.scheduler.remove_pairs(labels):
+                if waited > UNLOAD_WAIT_S:
+                    raise RuntimeError(f"{directory.name}'s lanes did not empty in "
+                                       f"{UNLOAD_WAIT_S:.0f} s")
+                time.sleep(UNLOAD_POLL_S)
+                waited += UNLOAD_POLL_S
+        log.info("unloaded %s (least recently used)", ", ".join(labels))
+        if self.metrics is not None:
+            self.metrics.model_unloads.labels(directory.name).inc()
+        self._set_gauges()
+
+    def _set_gauges(self) -> None:
+        if self.metrics is None:
+            return
+        with self._state:
+            self.metrics.models_resident.set(len(self._loaded))
+            self.metrics.models_resident_megabytes.set(
+                sum(resident.megabytes for resident in self._loaded.values()))

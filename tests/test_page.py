@@ -216,27 +216,27 @@ def test_an_alternative_replaces_its_sentence_by_mouse_and_by_keyboard(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    translate_on_page(driver, pairs_server, ("en", "de"), "One two. Three four.",
-                      "ONE TWO. THREE FOUR.")
+    translate_on_page(driver, pairs_server, ("en", "de"), "Red green. Blue black.",
+                      "RED GREEN. BLUE BLACK.")
     driver.find_elements(By.CSS_SELECTOR, ".sentence")[1].click()
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#alternatives-list button"))
     choices = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "#alternatives-list button")]
-    assert choices == ["THREE FOUR.!", "THREE FOUR.!!", "THREE FOUR.!!!"]
+    assert choices == ["BLUE BLACK.!", "BLUE BLACK.!!", "BLUE BLACK.!!!"]
     driver.find_elements(By.CSS_SELECTOR, "#alternatives-list button")[1].click()
-    translation_becomes(driver, "ONE TWO. THREE FOUR.!!")
+    translation_becomes(driver, "RED GREEN. BLUE BLACK.!!")
     assert not by_id(driver, "alternatives").is_displayed()
     # Keyboard only: the sentence takes focus, Enter opens, arrows move, Enter chooses.
     first = driver.find_elements(By.CSS_SELECTOR, ".sentence")[0]
     driver.execute_script("arguments[0].focus()", first)
     first.send_keys(Keys.ENTER)
     wait(driver, lambda d: d.switch_to.active_element.tag_name == "button"
-         and d.switch_to.active_element.text == "ONE TWO.!")
+         and d.switch_to.active_element.text == "RED GREEN.!")
     driver.switch_to.active_element.send_keys(Keys.ARROW_DOWN)
     driver.switch_to.active_element.send_keys(Keys.ENTER)
-    translation_becomes(driver, "ONE TWO.!! THREE FOUR.!!")
+    translation_becomes(driver, "RED GREEN.!! BLUE BLACK.!!")
     # The sentence's own translation is offered back once another was chosen.
     driver.find_elements(By.CSS_SELECTOR, ".sentence")[0].click()
-    wait(driver, lambda d: "ONE TWO." in [
+    wait(driver, lambda d: "RED GREEN." in [
         b.text for b in d.find_elements(By.CSS_SELECTOR, "#alternatives-list button")])
     driver.switch_to.active_element.send_keys(Keys.ESCAPE)
     assert not by_id(driver, "alternatives").is_displayed()

@@ -60,7 +60,7 @@ def evaluate_bundle(
     metrics = Metrics()
     with Translator.load(settings, metrics=metrics) as translator:
         pair = bundle_pair(translator, target_lang)
-        decoding = translator.resolve(pair, options)
+        decoding = translator.resolve(translator.engines[pair], options)  # loaded at start
         sources = [s for s, _ in pairs]
         references = [t for _, t in pairs]
         start = time.perf_counter()

@@ -279,7 +279,7 @@ def test_errors_are_told_in_plain_words(tmp_path: Path, driver) -> None:
         assert "over" in by_id(driver, "counter").get_attribute("class")
         assert by_id(driver, "translation").text == ""
         # The fourth request in a minute is refused: told with the wait, not as JSON.
-        for text in ("one", "two", "three", "four"):
+        for text in ("red", "green", "blue", "black"):
             type_text(driver, text)
             wait(driver, lambda d, text=text: by_id(d, "translation").text == text.upper()
                  or "Too many" in by_id(d, "error").text)

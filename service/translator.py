@@ -230,8 +230,8 @@ class Translator:
         gate = asyncio.Semaphore(BACKGROUND_REQUESTS) if background else self._requests
         # Each text's parts (one, unless it is cut), with their sentence counts.
         cut = [cut_at_sentences(text, limit)
-               if options.format == "text" and estimate_sentences(text) > limit
-               else [(text, estimate_sentences(text))] for text in texts]
+               if (count := estimate_sentences(text)) > limit and options.format == "text"
+               else [(text, count)] for text in texts]
         chunks: list[list[str]] = [[]]
         counted = 0
         for part, count in (part for parts in cut for part in parts):

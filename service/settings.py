@@ -130,8 +130,10 @@ class Settings(BaseSettings):
         description="Budget of source + target tokens (times beam) reserved by each worker's "
         "running batch.",
     )
+    # Past 32-64 rows a step costs the same per row on two cores (docs/benchmarks.md, "Why
+    # these constants"): more rows only lengthen every sentence's wait and the caches held.
     max_batch_rows: int = Field(
-        128, ge=1,
+        64, ge=1,
         description="Most decoder rows in each worker's running batch (`beam_size` per "
         "sentence).",
     )

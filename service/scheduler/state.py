@@ -38,7 +38,7 @@ class SchedulerState:
         engines: Mapping[str, Engine],
         *,
         max_batch_tokens: int = 8192,
-        max_batch_rows: int = 128,
+        max_batch_rows: int = 64,
         max_queue: int = 2048,
         max_request_sentences: int | None = None,
         batching: bool = True,

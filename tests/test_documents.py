@@ -775,7 +775,8 @@ ODT_ANCHORS = (
     f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ODF_NAMESPACES} '
     'office:version="1.3"><office:body><office:text><text:p text:style-name="P1">The results '
     '<draw:frame draw:name="Image1" text:anchor-type="char" svg:width="2cm"><draw:image '
-    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title></draw:frame>are shown here'
+    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title><svg:desc>Bars by quarter'
+    '</svg:desc></draw:frame>are shown here'
     '<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation>1'
     '</text:note-citation><text:note-body><text:p text:style-name="Footnote">See the appendix.'
     '</text:p></text:note-body></text:note> and discussed below.<draw:frame draw:name="Box">'
@@ -818,6 +819,9 @@ def test_opendocument_frames_notes_headers_and_footers(server: ServerProcess,
     assert own == ["THE RESULTS ", "ARE SHOWN HERE", " AND DISCUSSED BELOW.", None]
     assert [etree.QName(child).localname for child in body] == ["frame", "note", "frame"]
     assert body[0][0].get("{http://www.w3.org/1999/xlink}href") == "Pictures/a.png"
+    svg = "{urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0}"
+    assert [(e.tag, e.text) for e in body[0][1:]] == [(f"{svg}title", "A CHART"),
+                                                     (f"{svg}desc", "BARS BY QUARTER")]
     inner = ["".join(p.itertext()) for p in body.iter(f"{text}p") if p is not body]
     assert inner == ["SEE THE APPENDIX.", "WORDS IN A BOX."]
     assert body.find(f".//{text}note-citation").text == "1"

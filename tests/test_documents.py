@@ -699,14 +699,25 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
     import zipfile
 
     import deepl
+    from lxml import etree
 
     chapter = ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
                'xhtml"><head><title>One</title></head><body><h1>Chapter one</h1>'
                '<p>It was a <em>dark</em> night.</p><img src="a.png" alt="An owl"/></body></html>')
-    package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+    # EPUB 2's package (a title, a description, an author) and table of contents (toc.ncx).
+    package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0">'
+               '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>The owl</dc:title>'
+               '<dc:creator>Ann Smith</dc:creator><dc:description>A story of one night.'
+               '</dc:description><dc:language>en</dc:language></metadata>'
                '<manifest><item id="c1" href="text/one.xhtml" media-type="application/xhtml+xml"'
-               '/><item id="css" href="style.css" media-type="text/css"/></manifest>'
-               '<spine><itemref idref="c1"/></spine></package>')
+               '/><item id="css" href="style.css" media-type="text/css"/><item id="ncx" '
+               'href="toc.ncx" media-type="application/x-dtbncx+xml"/></manifest>'
+               '<spine toc="ncx"><itemref idref="c1"/></spine></package>')
+    ncx = ('<?xml version="1.0"?><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" '
+           'version="2005-1"><head><meta name="dtb:uid" content="owl-1"/></head><docTitle>'
+           '<text>The owl</text></docTitle><navMap><navPoint id="n1" playOrder="1"><navLabel>'
+           '<text>Chapter one</text></navLabel><content src="text/one.xhtml"/></navPoint>'
+           '</navMap></ncx>')
     container = ('<?xml version="1.0"?><container xmlns="urn:oasis:names:tc:opendocument:xmlns:'
                  'container" version="1.0"><rootfiles><rootfile full-path="OEBPS/book.opf" '
                  'media-type="application/oebps-package+xml"/></rootfiles></container>')
@@ -717,6 +728,7 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         archive.writestr("OEBPS/book.opf", package)
         archive.writestr("OEBPS/text/one.xhtml", chapter)
         archive.writestr("OEBPS/style.css", "p { margin: 0 }")
+        archive.writestr("OEBPS/toc.ncx", ncx)
     client = deepl.Translator("k1", server_url=server.url)
     client.translate_document_from_filepath(book, tmp_path / "book.de.epub", target_lang="DE")
     with zipfile.ZipFile(tmp_path / "book.de.epub") as archive:
@@ -724,7 +736,16 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
         translated = archive.read("OEBPS/text/one.xhtml").decode()
         assert archive.read("OEBPS/style.css") == b"p { margin: 0 }"
-        assert archive.read("OEBPS/book.opf").decode() == package
+        opf, toc = (etree.fromstring(archive.read(f"OEBPS/{n}")) for n in ("book.opf", "toc.ncx"))
+    dc = "{http://purl.org/dc/elements/1.1/}"
+    assert [(e.tag, e.text) for e in opf[0]] == [
+        (f"{dc}title", "THE OWL"), (f"{dc}creator", "Ann Smith"),
+        (f"{dc}description", "A STORY OF ONE NIGHT."), (f"{dc}language", "en")]
+    assert [e.get("href") for e in opf[1]] == ["text/one.xhtml", "style.css", "toc.ncx"]
+    assert [t.text for t in toc.iter("{*}text")] == ["THE OWL", "CHAPTER ONE"]
+    kept = [(e.get("name"), e.get("content"), e.get("src"))
+            for e in toc.iter("{*}meta", "{*}content")]
+    assert kept == [("dtb:uid", "owl-1", None), (None, None, "text/one.xhtml")]
     assert ('<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p><img src="a.png" '
             'alt="AN OWL"/>') in translated
     assert translated.startswith('<?xml version="1.0" encoding="utf-8"?>')

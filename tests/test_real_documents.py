@@ -147,13 +147,29 @@ def judge_zipped(source: bytes, result: bytes, suffix: str) -> float:
 
 def judge_book(source: bytes, result: bytes) -> float:
     """An EPUB: its entries in order (``mimetype`` first and stored), all but the content
-    documents byte for byte, each content document well-formed XHTML with its elements."""
+    documents, the package and the table of contents byte for byte, each content document
+    well-formed XHTML with its elements; the package's elements all there, only its title and
+    description changed."""
     with zipfile.ZipFile(io.BytesIO(source)) as before, \
             zipfile.ZipFile(io.BytesIO(result)) as after:
         assert after.namelist() == before.namelist()
         assert after.infolist()[0].compress_type == zipfile.ZIP_STORED
         texts_before, texts_after = [], []
         for name in before.namelist():
+            if name.endswith((".opf", ".ncx")):
+                old, new = (etree.fromstring(z.read(name)) for z in (before, after))
+                assert [(e.tag, e.attrib) for e in new.iter()] == [
+                    (e.tag, e.attrib) for e in old.iter()]
+                pairs = list(zip(old.iter(), new.iter(), strict=True))
+                labels = [isinstance(o.tag, str) and etree.QName(o).localname in (
+                    "title", "description", "text") for o, _ in pairs]
+                assert all(o.text == n.text for (o, n), label in zip(pairs, labels, strict=True)
+                           if not label)  # the author, identifiers, links as they were
+                shown = [(o.text or "", n.text or "") for (o, n), label
+                         in zip(pairs, labels, strict=True) if label]
+                texts_before += [o for o, _ in shown]
+                texts_after += [n for _, n in shown]
+                continue
             if not name.endswith(".xhtml"):
                 assert after.read(name) == before.read(name), name
                 continue

@@ -694,6 +694,115 @@ def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_pat
     assert translated.notes_slide.notes_text_frame.text == "SPEAKER NOTES."
 
 
+# A SmartArt diagram as Office writes its parts: the data (each node's text) and the drawing
+# Office shows of it until it lays the diagram out again.
+DIAGRAM_DATA = (
+    '<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dgm:ptLst>'
+    '<dgm:pt modelId="{0}" type="doc"><dgm:prSet/><dgm:spPr/><dgm:t><a:bodyPr/><a:p>'
+    '<a:endParaRPr lang="en-US"/></a:p></dgm:t></dgm:pt><dgm:pt modelId="{1}"><dgm:prSet '
+    'phldrT="[Text]"/><dgm:spPr/><dgm:t><a:bodyPr/><a:p><a:r><a:rPr lang="en-US" b="1"/>'
+    '<a:t>Plan </a:t></a:r><a:r><a:rPr lang="en-US"/><a:t>the work</a:t></a:r></a:p></dgm:t>'
+    '</dgm:pt></dgm:ptLst><dgm:cxnLst><dgm:cxn modelId="{2}" srcId="{0}" destId="{1}"/>'
+    '</dgm:cxnLst></dgm:dataModel>')
+DIAGRAM_DRAWING = (
+    '<dsp:drawing xmlns:dsp="http://schemas.microsoft.com/office/drawing/2008/diagram" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dsp:spTree><dsp:sp '
+    'modelId="{3}"><dsp:txBody><a:bodyPr/><a:p><a:r><a:rPr lang="en-US" b="1"/><a:t>Plan </a:t>'
+    '</a:r><a:r><a:rPr lang="en-US"/><a:t>the work</a:t></a:r></a:p></dsp:txBody></dsp:sp>'
+    '</dsp:spTree></dsp:drawing>')
+DIAGRAM_TYPES = {"data": "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml",
+                 "drawing": "application/vnd.ms-office.drawingml.diagramDrawing+xml"}
+DIAGRAM_RELATIONS = {
+    "data": "http://schemas.openxmlformats.org/officeDocument/2006/relationships/diagramData",
+    "drawing": "http://schemas.microsoft.com/office/2007/relationships/diagramDrawing"}
+
+
+def chart_presentation() -> Any:
+    """A presentation with a chart (a title, axis titles, two categories, a series) written by
+    python-pptx, and a SmartArt diagram's parts related from its slide."""
+    import pptx
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+    from pptx.opc.package import Part
+    from pptx.opc.packuri import PackURI
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    data = CategoryChartData()
+    data.categories = ["North coast", "South coast"]
+    data.add_series("Last year", (12.5, 7))
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(1),
+                                   Inches(6), Inches(4), data).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Sales by region"
+    chart.category_axis.axis_title.text_frame.text = "Region"
+    chart.value_axis.axis_title.text_frame.text = "Units sold"
+    for kind, xml in (("data", DIAGRAM_DATA), ("drawing", DIAGRAM_DRAWING)):
+        part = Part(PackURI(f"/ppt/diagrams/{kind}1.xml"), DIAGRAM_TYPES[kind],
+                    slide.part.package, xml.encode())
+        slide.part.relate_to(part, DIAGRAM_RELATIONS[kind])
+    return presentation
+
+
+def drawing_texts(root: Any) -> list[str]:
+    """A chart's or a diagram's paragraphs and cached strings, as a reader sees them."""
+    a, c = ("{http://schemas.openxmlformats.org/drawingml/2006/" + n + "}" for n in ("main",
+                                                                                   "chart"))
+    paragraphs = ["".join(t.text for t in p.iter(f"{a}t")) for p in root.iter(f"{a}p")]
+    return [p for p in paragraphs if p] + [v.text for v in root.iter(f"{c}v")]
+
+
+def test_charts_and_smartart_are_translated(server: ServerProcess, tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    import docx
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.opc.packuri import PackURI
+    from docx.opc.part import Part
+    from lxml import etree
+
+    presentation = chart_presentation()
+    presentation.save(tmp_path / "deck.pptx")
+    # The same chart and diagram in a Word document (python-docx writes no charts: the
+    # chart part is python-pptx's).
+    chart_part = presentation.slides[0].shapes[0].chart_part
+    document = docx.Document()
+    document.add_paragraph("Our sales.")
+    document.part.relate_to(Part(PackURI("/word/charts/chart1.xml"), chart_part.content_type,
+                                 chart_part.blob, document.part.package), RELATIONSHIP_TYPE.CHART)
+    for kind, xml in (("data", DIAGRAM_DATA), ("drawing", DIAGRAM_DRAWING)):
+        document.part.relate_to(Part(PackURI(f"/word/diagrams/{kind}1.xml"), DIAGRAM_TYPES[kind],
+                                     xml.encode(), document.part.package),
+                                DIAGRAM_RELATIONS[kind])
+    document.save(tmp_path / "report.docx")
+    client = deepl.Translator("k1", server_url=server.url)
+    for name, folder in (("deck.pptx", "ppt"), ("report.docx", "word")):
+        client.translate_document_from_filepath(tmp_path / name, tmp_path / f"de-{name}",
+                                                target_lang="DE")
+        with zipfile.ZipFile(tmp_path / name) as before, \
+                zipfile.ZipFile(tmp_path / f"de-{name}") as after:
+            chart = next(n for n in before.namelist() if n.startswith(f"{folder}/charts/chart"))
+            old, new = (etree.fromstring(z.read(chart)) for z in (before, after))
+            assert drawing_texts(old) == [
+                "Sales by region", "Region", "Units sold", "Last year", "North coast",
+                "South coast", "12.5", "7"]
+            assert drawing_texts(new) == [
+                "SALES BY REGION", "REGION", "UNITS SOLD", "LAST YEAR", "NORTH COAST",
+                "SOUTH COAST", "12.5", "7"]
+            embedded = [n for n in before.namelist() if n.endswith(".xlsx")]
+            assert [after.read(n) for n in embedded] == [before.read(n) for n in embedded]
+            for kind in ("data", "drawing"):
+                diagram = etree.fromstring(after.read(f"{folder}/diagrams/{kind}1.xml"))
+                assert drawing_texts(diagram)[-1] == "PLAN THE WORK"
+                bold = diagram.find(".//{*}r/{*}rPr")
+                assert (bold.get("b"), bold.getparent()[1].text) == ("1", "PLAN ")
+    assert [p.text for p in docx.Document(tmp_path / "de-report.docx").paragraphs] == [
+        "OUR SALES."]
+
+
 def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
                                                          tmp_path: Path) -> None:
     import zipfile

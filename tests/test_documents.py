@@ -121,6 +121,73 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
 
+# Each API's document route: how it is sent a file (form fields) and where its answer
+# says why a file was refused.
+ROUTES: dict[str, tuple[str, dict[str, str], Any]] = {
+    "native": ("/translate/document", {"target_lang": "de"},
+               lambda answer: answer.json()["error"]["message"]),
+    "deepl": ("/v2/document", {"target_lang": "DE", "auth_key": "k1"},
+              lambda answer: answer.json()["message"]),
+    "libretranslate": ("/libretranslate/translate_file",
+                       {"source": "en", "target": "de", "api_key": "k1"},
+                       lambda answer: answer.json()["error"]),
+}
+
+
+@pytest.mark.parametrize("api", sorted(ROUTES))
+def test_each_api_takes_the_formats_the_registry_gives_it(server: ServerProcess,
+                                                          api: str) -> None:
+    from service.documents import extensions
+
+    path, fields, reason = ROUTES[api]
+    headers = {"Authorization": "Bearer k1"} if api == "native" else {}
+    taken = extensions(api)
+    assert {".txt", ".docx", ".xlf", ".md", ".epub"} <= set(taken)
+    for extension in taken:  # read as the format, never refused for its name
+        answer = httpx.post(server.url + path, data=fields, headers=headers,
+                            files={"file": (f"notes{extension}", b"Hello there.")})
+        assert answer.status_code in (200, 202) or "file extension" not in reason(answer), (
+            extension, answer.text)
+    for name, named in (("sheet.xlsx", ".xlsx"), ("scan.PDF", ".pdf"), ("notes", "notes")):
+        answer = httpx.post(server.url + path, data=fields, headers=headers,
+                            files={"file": (name, b"Hello there.")})
+        assert answer.status_code == 400, answer.text
+        assert reason(answer) == (f"Invalid file extension '{named}': this service translates "
+                                  f"{', '.join(taken)}."), answer.text
+
+
+def test_a_format_the_registry_keeps_from_an_api_is_refused_there(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The registry's ``apis`` decide: a format given to the service's own API alone is taken
+    there and refused, naming the format and what is taken, by DeepL's and LibreTranslate's."""
+    import dataclasses
+
+    from service.api.uploads import document_request
+    from service.documents import BY_EXTENSION, extensions
+    from service.pipeline import PipelineError
+    from service.settings import Settings
+
+    native_only = dataclasses.replace(BY_EXTENSION[".srt"], apis=frozenset({"native"}))
+    monkeypatch.setitem(BY_EXTENSION, ".srt", native_only)
+    upload = httpx.Request("POST", "http://service/", data={"target_lang": "de"},
+                           files={"file": ("talk.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHi")})
+    body, content_type = upload.read(), upload.headers["content-type"]
+    settings = Settings(model_dir=tmp_path)
+    taken = document_request(body, content_type, settings, api="native", source="source_lang",
+                             target="target_lang")
+    assert taken.document is not None and taken.document[2] == "srt"
+    assert ".srt" in extensions("native") and ".srt" not in extensions("deepl")
+    for api, route in (("deepl", "DeepL's /v2/document"),
+                       ("libretranslate", "LibreTranslate's /translate_file")):
+        with pytest.raises(PipelineError) as refused:
+            document_request(body, content_type, settings, api=api, source="source_lang",
+                             target="target_lang")
+        assert refused.value.code == "invalid_document"
+        assert str(refused.value) == (
+            f"Invalid file extension '.srt': {route} does not take srt files; it translates "
+            f"{', '.join(extensions(api))}.")
+
+
 def test_an_upload_with_a_wrong_key_is_refused_before_its_file_is_unpacked(
         server: ServerProcess) -> None:
     """The key in an upload's form (LibreTranslate's api_key, DeepL's auth_key) is checked

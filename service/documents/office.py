@@ -22,6 +22,7 @@ from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from docx.oxml.text.paragraph import CT_P
 from docx.oxml.text.run import CT_R
+from lxml import etree
 
 from service.documents.archives import check_zip
 from service.documents.errors import DocumentError
@@ -99,7 +100,7 @@ class WordRun:
 class DrawingText:
     """A DrawingML run's text (``a:t``) or a chart's cached string (``c:v``)."""
 
-    def __init__(self, element) -> None:
+    def __init__(self, element: etree._Element) -> None:
         self.element = element
 
     @property
@@ -111,7 +112,7 @@ class DrawingText:
         self.element.text = text
 
 
-def _drawing_paragraphs(root) -> Iterator[list[DrawingText]]:
+def _drawing_paragraphs(root: etree._Element) -> Iterator[list[DrawingText]]:
     """A chart's or a SmartArt part's paragraphs (``a:p``: titles, axis titles, a diagram's
     nodes), each its runs' texts, then each cached string of the chart (a series' or a
     category's name) as a paragraph of its own."""

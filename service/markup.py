@@ -5,8 +5,8 @@
 byte for byte as it went in: tags with their attributes as written, entities, comments, the
 doctype, whitespace, and the whole of ``<script>``, ``<style>``, ``<code>``, ``<pre>``,
 ``<textarea>`` (and ``kbd``, ``samp``, ``var``, ``svg``, ``math``, under any namespace prefix:
-``<m:math>``) and of any element with ``translate="no"``, class ``notranslate`` or class
-``math`` (pandoc's TeX).
+``<m:math>``) and of any element with ``translate="no"``, class ``notranslate``, class
+``math`` (pandoc's TeX) or class ``literal`` (Docutils' inline code).
 
 Segments. Each run of text between block boundaries (block elements' tags, ``<br>``,
 comments, unknown elements, anything left alone) is one segment, without its leading and
@@ -78,8 +78,9 @@ VOID = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr"
 })
-# Classes that keep an element as written: the web's opt-out, and pandoc's TeX math spans.
-LEFT_ALONE_CLASSES = frozenset({"notranslate", "math"})
+# Classes that keep an element as written: the web's opt-out, pandoc's TeX math spans, and
+# Docutils' inline literals (``<span class="docutils literal">``, code a reader types as is).
+LEFT_ALONE_CLASSES = frozenset({"notranslate", "math", "literal"})
 # Classes that mark an inline element as a handle, whatever its text: mentions and hashtags of
 # Mastodon, Pleroma and Misskey, Discourse's "hashtag-cooked" (whose text is a bare "dev"),
 # the microformat card around a mention.

@@ -121,6 +121,73 @@ def test_libretranslates_translate_file_and_its_download(server: ServerProcess) 
     assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
 
 
+# Each API's document route: how it is sent a file (form fields) and where its answer
+# says why a file was refused.
+ROUTES: dict[str, tuple[str, dict[str, str], Any]] = {
+    "native": ("/translate/document", {"target_lang": "de"},
+               lambda answer: answer.json()["error"]["message"]),
+    "deepl": ("/v2/document", {"target_lang": "DE", "auth_key": "k1"},
+              lambda answer: answer.json()["message"]),
+    "libretranslate": ("/libretranslate/translate_file",
+                       {"source": "en", "target": "de", "api_key": "k1"},
+                       lambda answer: answer.json()["error"]),
+}
+
+
+@pytest.mark.parametrize("api", sorted(ROUTES))
+def test_each_api_takes_the_formats_the_registry_gives_it(server: ServerProcess,
+                                                          api: str) -> None:
+    from service.documents import extensions
+
+    path, fields, reason = ROUTES[api]
+    headers = {"Authorization": "Bearer k1"} if api == "native" else {}
+    taken = extensions(api)
+    assert {".txt", ".docx", ".xlf", ".md", ".epub"} <= set(taken)
+    for extension in taken:  # read as the format, never refused for its name
+        answer = httpx.post(server.url + path, data=fields, headers=headers,
+                            files={"file": (f"notes{extension}", b"Hello there.")})
+        assert answer.status_code in (200, 202) or "file extension" not in reason(answer), (
+            extension, answer.text)
+    for name, named in (("sheet.xlsx", ".xlsx"), ("scan.PDF", ".pdf"), ("notes", "notes")):
+        answer = httpx.post(server.url + path, data=fields, headers=headers,
+                            files={"file": (name, b"Hello there.")})
+        assert answer.status_code == 400, answer.text
+        assert reason(answer) == (f"Invalid file extension '{named}': this service translates "
+                                  f"{', '.join(taken)}."), answer.text
+
+
+def test_a_format_the_registry_keeps_from_an_api_is_refused_there(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The registry's ``apis`` decide: a format given to the service's own API alone is taken
+    there and refused, naming the format and what is taken, by DeepL's and LibreTranslate's."""
+    import dataclasses
+
+    from service.api.uploads import document_request
+    from service.documents import BY_EXTENSION, extensions
+    from service.pipeline import PipelineError
+    from service.settings import Settings
+
+    native_only = dataclasses.replace(BY_EXTENSION[".srt"], apis=frozenset({"native"}))
+    monkeypatch.setitem(BY_EXTENSION, ".srt", native_only)
+    upload = httpx.Request("POST", "http://service/", data={"target_lang": "de"},
+                           files={"file": ("talk.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHi")})
+    body, content_type = upload.read(), upload.headers["content-type"]
+    settings = Settings(model_dir=tmp_path)
+    taken = document_request(body, content_type, settings, api="native", source="source_lang",
+                             target="target_lang")
+    assert taken.document is not None and taken.document[2] == "srt"
+    assert ".srt" in extensions("native") and ".srt" not in extensions("deepl")
+    for api, route in (("deepl", "DeepL's /v2/document"),
+                       ("libretranslate", "LibreTranslate's /translate_file")):
+        with pytest.raises(PipelineError) as refused:
+            document_request(body, content_type, settings, api=api, source="source_lang",
+                             target="target_lang")
+        assert refused.value.code == "invalid_document"
+        assert str(refused.value) == (
+            f"Invalid file extension '.srt': {route} does not take srt files; it translates "
+            f"{', '.join(extensions(api))}.")
+
+
 def test_an_upload_with_a_wrong_key_is_refused_before_its_file_is_unpacked(
         server: ServerProcess) -> None:
     """The key in an upload's form (LibreTranslate's api_key, DeepL's auth_key) is checked
@@ -694,19 +761,139 @@ def test_presentations_keep_runs_tables_and_notes(server: ServerProcess, tmp_pat
     assert translated.notes_slide.notes_text_frame.text == "SPEAKER NOTES."
 
 
+# A SmartArt diagram as Office writes its parts: the data (each node's text) and the drawing
+# Office shows of it until it lays the diagram out again.
+DIAGRAM_DATA = (
+    '<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dgm:ptLst>'
+    '<dgm:pt modelId="{0}" type="doc"><dgm:prSet/><dgm:spPr/><dgm:t><a:bodyPr/><a:p>'
+    '<a:endParaRPr lang="en-US"/></a:p></dgm:t></dgm:pt><dgm:pt modelId="{1}"><dgm:prSet '
+    'phldrT="[Text]"/><dgm:spPr/><dgm:t><a:bodyPr/><a:p><a:r><a:rPr lang="en-US" b="1"/>'
+    '<a:t>Plan </a:t></a:r><a:r><a:rPr lang="en-US"/><a:t>the work</a:t></a:r></a:p></dgm:t>'
+    '</dgm:pt></dgm:ptLst><dgm:cxnLst><dgm:cxn modelId="{2}" srcId="{0}" destId="{1}"/>'
+    '</dgm:cxnLst></dgm:dataModel>')
+DIAGRAM_DRAWING = (
+    '<dsp:drawing xmlns:dsp="http://schemas.microsoft.com/office/drawing/2008/diagram" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dsp:spTree><dsp:sp '
+    'modelId="{3}"><dsp:txBody><a:bodyPr/><a:p><a:r><a:rPr lang="en-US" b="1"/><a:t>Plan </a:t>'
+    '</a:r><a:r><a:rPr lang="en-US"/><a:t>the work</a:t></a:r></a:p></dsp:txBody></dsp:sp>'
+    '</dsp:spTree></dsp:drawing>')
+DIAGRAM_TYPES = {"data": "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml",
+                 "drawing": "application/vnd.ms-office.drawingml.diagramDrawing+xml"}
+DIAGRAM_RELATIONS = {
+    "data": "http://schemas.openxmlformats.org/officeDocument/2006/relationships/diagramData",
+    "drawing": "http://schemas.microsoft.com/office/2007/relationships/diagramDrawing"}
+
+
+def chart_presentation() -> Any:
+    """A presentation with a chart (a title, axis titles, two categories, a series) written by
+    python-pptx, and a SmartArt diagram's parts related from its slide."""
+    import pptx
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+    from pptx.opc.package import Part
+    from pptx.opc.packuri import PackURI
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    data = CategoryChartData()
+    data.categories = ["North coast", "South coast"]
+    data.add_series("Last year", (12.5, 7))
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(1),
+                                   Inches(6), Inches(4), data).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Sales by region"
+    chart.category_axis.axis_title.text_frame.text = "Region"
+    chart.value_axis.axis_title.text_frame.text = "Units sold"
+    for kind, xml in (("data", DIAGRAM_DATA), ("drawing", DIAGRAM_DRAWING)):
+        part = Part(PackURI(f"/ppt/diagrams/{kind}1.xml"), DIAGRAM_TYPES[kind],
+                    slide.part.package, xml.encode())
+        slide.part.relate_to(part, DIAGRAM_RELATIONS[kind])
+    return presentation
+
+
+def drawing_texts(root: Any) -> list[str]:
+    """A chart's or a diagram's paragraphs and cached strings, as a reader sees them."""
+    a, c = ("{http://schemas.openxmlformats.org/drawingml/2006/" + n + "}" for n in ("main",
+                                                                                   "chart"))
+    paragraphs = ["".join(t.text for t in p.iter(f"{a}t")) for p in root.iter(f"{a}p")]
+    return [p for p in paragraphs if p] + [v.text for v in root.iter(f"{c}v")]
+
+
+def test_charts_and_smartart_are_translated(server: ServerProcess, tmp_path: Path) -> None:
+    import zipfile
+
+    import deepl
+    import docx
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.opc.packuri import PackURI
+    from docx.opc.part import Part
+    from lxml import etree
+
+    presentation = chart_presentation()
+    presentation.save(tmp_path / "deck.pptx")
+    # The same chart and diagram in a Word document (python-docx writes no charts: the
+    # chart part is python-pptx's).
+    chart_part = presentation.slides[0].shapes[0].chart_part
+    document = docx.Document()
+    document.add_paragraph("Our sales.")
+    document.part.relate_to(Part(PackURI("/word/charts/chart1.xml"), chart_part.content_type,
+                                 chart_part.blob, document.part.package), RELATIONSHIP_TYPE.CHART)
+    for kind, xml in (("data", DIAGRAM_DATA), ("drawing", DIAGRAM_DRAWING)):
+        document.part.relate_to(Part(PackURI(f"/word/diagrams/{kind}1.xml"), DIAGRAM_TYPES[kind],
+                                     xml.encode(), document.part.package),
+                                DIAGRAM_RELATIONS[kind])
+    document.save(tmp_path / "report.docx")
+    client = deepl.Translator("k1", server_url=server.url)
+    for name, folder in (("deck.pptx", "ppt"), ("report.docx", "word")):
+        client.translate_document_from_filepath(tmp_path / name, tmp_path / f"de-{name}",
+                                                target_lang="DE")
+        with zipfile.ZipFile(tmp_path / name) as before, \
+                zipfile.ZipFile(tmp_path / f"de-{name}") as after:
+            chart = next(n for n in before.namelist() if n.startswith(f"{folder}/charts/chart"))
+            old, new = (etree.fromstring(z.read(chart)) for z in (before, after))
+            assert drawing_texts(old) == [
+                "Sales by region", "Region", "Units sold", "Last year", "North coast",
+                "South coast", "12.5", "7"]
+            assert drawing_texts(new) == [
+                "SALES BY REGION", "REGION", "UNITS SOLD", "LAST YEAR", "NORTH COAST",
+                "SOUTH COAST", "12.5", "7"]
+            embedded = [n for n in before.namelist() if n.endswith(".xlsx")]
+            assert [after.read(n) for n in embedded] == [before.read(n) for n in embedded]
+            for kind in ("data", "drawing"):
+                diagram = etree.fromstring(after.read(f"{folder}/diagrams/{kind}1.xml"))
+                assert drawing_texts(diagram)[-1] == "PLAN THE WORK"
+                bold = diagram.find(".//{*}r/{*}rPr")
+                assert (bold.get("b"), bold.getparent()[1].text) == ("1", "PLAN ")
+    assert [p.text for p in docx.Document(tmp_path / "de-report.docx").paragraphs] == [
+        "OUR SALES."]
+
+
 def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
                                                          tmp_path: Path) -> None:
     import zipfile
 
     import deepl
+    from lxml import etree
 
     chapter = ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/'
                'xhtml"><head><title>One</title></head><body><h1>Chapter one</h1>'
                '<p>It was a <em>dark</em> night.</p><img src="a.png" alt="An owl"/></body></html>')
-    package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+    # EPUB 2's package (a title, a description, an author) and table of contents (toc.ncx).
+    package = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0">'
+               '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>The owl</dc:title>'
+               '<dc:creator>Ann Smith</dc:creator><dc:description>A story of one night.'
+               '</dc:description><dc:language>en</dc:language></metadata>'
                '<manifest><item id="c1" href="text/one.xhtml" media-type="application/xhtml+xml"'
-               '/><item id="css" href="style.css" media-type="text/css"/></manifest>'
-               '<spine><itemref idref="c1"/></spine></package>')
+               '/><item id="css" href="style.css" media-type="text/css"/><item id="ncx" '
+               'href="toc.ncx" media-type="application/x-dtbncx+xml"/></manifest>'
+               '<spine toc="ncx"><itemref idref="c1"/></spine></package>')
+    ncx = ('<?xml version="1.0"?><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" '
+           'version="2005-1"><head><meta name="dtb:uid" content="owl-1"/></head><docTitle>'
+           '<text>The owl</text></docTitle><navMap><navPoint id="n1" playOrder="1"><navLabel>'
+           '<text>Chapter one</text></navLabel><content src="text/one.xhtml"/></navPoint>'
+           '</navMap></ncx>')
     container = ('<?xml version="1.0"?><container xmlns="urn:oasis:names:tc:opendocument:xmlns:'
                  'container" version="1.0"><rootfiles><rootfile full-path="OEBPS/book.opf" '
                  'media-type="application/oebps-package+xml"/></rootfiles></container>')
@@ -717,6 +904,7 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         archive.writestr("OEBPS/book.opf", package)
         archive.writestr("OEBPS/text/one.xhtml", chapter)
         archive.writestr("OEBPS/style.css", "p { margin: 0 }")
+        archive.writestr("OEBPS/toc.ncx", ncx)
     client = deepl.Translator("k1", server_url=server.url)
     client.translate_document_from_filepath(book, tmp_path / "book.de.epub", target_lang="DE")
     with zipfile.ZipFile(tmp_path / "book.de.epub") as archive:
@@ -724,7 +912,16 @@ def test_an_epub_comes_back_with_its_chapters_translated(server: ServerProcess,
         assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
         translated = archive.read("OEBPS/text/one.xhtml").decode()
         assert archive.read("OEBPS/style.css") == b"p { margin: 0 }"
-        assert archive.read("OEBPS/book.opf").decode() == package
+        opf, toc = (etree.fromstring(archive.read(f"OEBPS/{n}")) for n in ("book.opf", "toc.ncx"))
+    dc = "{http://purl.org/dc/elements/1.1/}"
+    assert [(e.tag, e.text) for e in opf[0]] == [
+        (f"{dc}title", "THE OWL"), (f"{dc}creator", "Ann Smith"),
+        (f"{dc}description", "A STORY OF ONE NIGHT."), (f"{dc}language", "en")]
+    assert [e.get("href") for e in opf[1]] == ["text/one.xhtml", "style.css", "toc.ncx"]
+    assert [t.text for t in toc.iter("{*}text")] == ["THE OWL", "CHAPTER ONE"]
+    kept = [(e.get("name"), e.get("content"), e.get("src"))
+            for e in toc.iter("{*}meta", "{*}content")]
+    assert kept == [("dtb:uid", "owl-1", None), (None, None, "text/one.xhtml")]
     assert ('<h1>CHAPTER ONE</h1><p>IT WAS A <em>DARK</em> NIGHT.</p><img src="a.png" '
             'alt="AN OWL"/>') in translated
     assert translated.startswith('<?xml version="1.0" encoding="utf-8"?>')
@@ -775,7 +972,8 @@ ODT_ANCHORS = (
     f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ODF_NAMESPACES} '
     'office:version="1.3"><office:body><office:text><text:p text:style-name="P1">The results '
     '<draw:frame draw:name="Image1" text:anchor-type="char" svg:width="2cm"><draw:image '
-    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title></draw:frame>are shown here'
+    'xlink:href="Pictures/a.png"/><svg:title>A chart</svg:title><svg:desc>Bars by quarter'
+    '</svg:desc></draw:frame>are shown here'
     '<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation>1'
     '</text:note-citation><text:note-body><text:p text:style-name="Footnote">See the appendix.'
     '</text:p></text:note-body></text:note> and discussed below.<draw:frame draw:name="Box">'
@@ -818,6 +1016,9 @@ def test_opendocument_frames_notes_headers_and_footers(server: ServerProcess,
     assert own == ["THE RESULTS ", "ARE SHOWN HERE", " AND DISCUSSED BELOW.", None]
     assert [etree.QName(child).localname for child in body] == ["frame", "note", "frame"]
     assert body[0][0].get("{http://www.w3.org/1999/xlink}href") == "Pictures/a.png"
+    svg = "{urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0}"
+    assert [(e.tag, e.text) for e in body[0][1:]] == [(f"{svg}title", "A CHART"),
+                                                     (f"{svg}desc", "BARS BY QUARTER")]
     inner = ["".join(p.itertext()) for p in body.iter(f"{text}p") if p is not body]
     assert inner == ["SEE THE APPENDIX.", "WORDS IN A BOX."]
     assert body.find(f".//{text}note-citation").text == "1"

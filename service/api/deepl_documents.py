@@ -38,9 +38,9 @@ async def upload(request: Request) -> Response:
 
     def parse(body: bytes) -> PipelineRequest:
         return document_request(body, request.headers.get("content-type", ""),
-                                state.settings, source="source_lang", target="target_lang",
-                                key="auth_key", glossary="glossary_id", language=language_code,
-                                check=_check_fields)
+                                state.settings, api="deepl", source="source_lang",
+                                target="target_lang", key="auth_key", glossary="glossary_id",
+                                language=language_code, check=_check_fields)
 
     job = await start_document(state, request, parse, header_key(request), key_first=lambda body: (
         form_key(body, request.headers.get("content-type", ""), "auth_key")))

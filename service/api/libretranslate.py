@@ -127,8 +127,8 @@ async def translate_file(request: Request) -> Response:
 
     def parse(body: bytes) -> PipelineRequest:
         return document_request(body, request.headers.get("content-type", ""),
-                                state.settings, source="source", target="target",
-                                key="api_key")
+                                state.settings, api="libretranslate", source="source",
+                                target="target", key="api_key")
 
     job = await pipeline.start_document(state, request, parse, None, key_first=lambda body: (
         form_key(body, request.headers.get("content-type", ""), "api_key")), linked=True)

@@ -231,8 +231,8 @@ async def translate_document(
 
     def parse(body: bytes) -> PipelineRequest:
         return document_request(body, request.headers.get("content-type", ""),
-                                state.settings, source="source_lang", target="target_lang",
-                                glossary="glossary_id")
+                                state.settings, api="native", source="source_lang",
+                                target="target_lang", glossary="glossary_id")
 
     job = await pipeline.start_document(state, request, parse,
                                         credentials.credentials if credentials else "")

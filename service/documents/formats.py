@@ -5,16 +5,13 @@ an entry here; the APIs read their lists of accepted files from this registry.""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from service.documents.epub import epub_text, read_epub, write_epub
 from service.documents.errors import DocumentError
-from service.documents.markdown import read_markdown, write_markdown
-from service.documents.odf import odf_text, read_odf, write_odf
-from service.documents.office import docx_text, pptx_text, read_docx, read_pptx, write_office
 from service.documents.plain import (
     READER_ATTRIBUTES,
     read_html,
@@ -22,9 +19,34 @@ from service.documents.plain import (
     write_html,
     write_text,
 )
-from service.documents.po import read_po, write_po
-from service.documents.subtitles import read_srt, read_vtt, write_srt, write_vtt
 from service.documents.xliff import XLIFF_INLINE, read_xliff, write_xliff
+
+
+def _on_first_use(module: str, name: str) -> Callable[..., Any]:
+    """``service.documents.<module>.<name>``, imported when first called: the libraries of
+    the office, e-book, Markdown, catalogue and subtitle formats hold ~25 MiB once imported
+    (python-docx and python-pptx alone 16), which a service that is never sent such a file
+    need not hold (bench/memory.py)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        function = getattr(importlib.import_module(f"service.documents.{module}"), name)
+        return function(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+read_epub, write_epub, epub_text = (_on_first_use("epub", name)
+                                    for name in ("read_epub", "write_epub", "epub_text"))
+read_markdown, write_markdown = (_on_first_use("markdown", name)
+                                 for name in ("read_markdown", "write_markdown"))
+read_odf, write_odf, odf_text = (_on_first_use("odf", name)
+                                 for name in ("read_odf", "write_odf", "odf_text"))
+read_docx, read_pptx, write_office, docx_text, pptx_text = (
+    _on_first_use("office", name)
+    for name in ("read_docx", "read_pptx", "write_office", "docx_text", "pptx_text"))
+read_po, write_po = (_on_first_use("po", name) for name in ("read_po", "write_po"))
+read_srt, read_vtt, write_srt, write_vtt = (
+    _on_first_use("subtitles", name) for name in ("read_srt", "read_vtt", "write_srt", "write_vtt"))
 
 # The APIs with a document route (the service's own, DeepL's and LibreTranslate's), by the
 # name a refusal gives them.

@@ -29,12 +29,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-
-import redis.asyncio
+from typing import TYPE_CHECKING
 
 from service.documents.formats import FORMATS
 from service.shared_state import PREFIX, StateStore, StoreDown, digest, stored_owner
 from service.translator import Pair, TextResult
+
+if TYPE_CHECKING:
+    import redis.asyncio
 
 QUEUED, TRANSLATING, DONE, ERROR = "queued", "translating", "done", "error"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.model_mirror import COMMIT, Mirror, MirrorServer, repo_files
+from tests.test_api import free_port
 from tests.test_importers import (
     ct2_dir,  # noqa: F401  (a fixture this module uses too)
     opennmt_model,
@@ -82,6 +84,8 @@ def mirror(packages: dict[str, bytes], marian_dir: Path, monkeypatch: pytest.Mon
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         monkeypatch.delenv("MODELS", raising=False)
+        # No service there: ``list`` says so (one on this machine's port 8000 is not ours).
+        monkeypatch.setenv("TRANSLATE_SERVICE_URL", f"http://127.0.0.1:{free_port()}")
         yield served
 
 
@@ -126,10 +130,12 @@ def test_install_list_remove_an_argos_package(mirror: Mirror, tmp_path: Path,
     assert manifest["imported_from"]["not_imported"] == ["stanza (sentence splitting)"]
     assert not [p for p in models.iterdir() if p.name.startswith(".installing")]
 
-    status, out, _ = run(capsys, "--model-dir", models, "list")
-    pair, source, version, size, path = out.strip().split("\t")
-    assert (pair, source, version, path) == ("en-de", "argos", "1.1", str(models / "en-de"))
+    status, out, err = run(capsys, "--model-dir", models, "list")
+    pair, source, version, size, loaded, path = out.strip().split("\t")
+    assert (pair, source, version, loaded, path) == ("en-de", "argos", "1.1", "-",
+                                                     str(models / "en-de"))
     assert float(size.split()[0]) > 0
+    assert status == 0 and failure(err).startswith("translate-models: no service answers at")
 
     status, out, err = run(capsys, "--model-dir", models, "install", "de-en", "--source",
                            "argos", "--cache-dir", tmp_path / "cache")
@@ -301,3 +307,45 @@ def test_an_early_argos_package_without_the_unknown_token_installs(
     assert out.startswith("en-es\targos\t1.0\t")
     manifest = json.loads((models / "en-es" / "manifest.json").read_text())
     assert manifest["model"]["unk_id"] == len(pieces) - 1
+
+
+def test_list_says_which_pairs_a_running_service_has_loaded(
+        tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """The real server (``python -m service.main``) over two bundles with a budget, one
+    loaded by a request; then the same listing once it has stopped."""
+    import httpx
+
+    from tests.test_server import ServerProcess
+
+    models = tmp_path / "models"
+    for pair in ("en-de", "fr-en", "es-en"):
+        shutil.copytree(tiny_bundle, models / pair)
+        manifest = json.loads((models / pair / "manifest.json").read_text())
+        manifest.update(source_lang=pair[:2], target_lang=pair[3:])
+        (models / pair / "manifest.json").write_text(json.dumps(manifest))
+    # es-en is installed but the service leaves it out (MODELS).
+    server = ServerProcess([sys.executable, "-m", "service.main", "--model-dir", str(models),
+                            "--threads", "1", "--workers", "1"],
+                           env={"MODEL_MEMORY_MB": "1000", "MODELS": "en-de,fr-en",
+                                "API_KEYS": "sesame"})
+    try:
+        server.wait_for("/ready")
+        response = httpx.post(f"{server.url}/translate", timeout=60, json={
+            "text": "Hello.", "source_lang": "fr", "target_lang": "en"},
+            headers={"Authorization": "Bearer sesame"})
+        assert response.status_code == 200, response.text
+        monkeypatch.setenv("TRANSLATE_SERVICE_URL", server.url)
+        status, out, err = run(capsys, "--model-dir", models, "list")
+        assert status == 0 and "--api-key" in failure(err)  # /metrics needs the key
+        status, out, err = run(capsys, "--model-dir", models, "list", "--api-key", "sesame")
+        assert status == 0 and err == ""
+        listed = {line.split("\t")[0]: line.split("\t")[4] for line in out.splitlines()}
+        assert listed == {"en-de": "not loaded", "es-en": "not served", "fr-en": "loaded"}
+    finally:
+        server.stop()
+    status, out, err = run(capsys, "--model-dir", models, "list", "--service", server.url)
+    assert status == 0
+    assert failure(err) == (f"translate-models: no service answers at {server.url} "
+                            "([Errno 111] Connection refused): loaded or not unknown")
+    assert [line.split("\t")[4] for line in out.splitlines()] == ["-", "-", "-"]

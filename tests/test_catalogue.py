@@ -349,3 +349,68 @@ def test_list_says_which_pairs_a_running_service_has_loaded(
     assert failure(err) == (f"translate-models: no service answers at {server.url} "
                             "([Errno 111] Connection refused): loaded or not unknown")
     assert [line.split("\t")[4] for line in out.splitlines()] == ["-", "-", "-"]
+
+
+def without_language_tokens(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The MarianMT repository's files with its target-language tokens renamed to plain
+    pieces: a model whose sources need no token, as opus-mt-mul-en's."""
+    vocab = json.loads(files["vocab.json"])
+    renamed = {piece.strip("<>") if piece.startswith(">>") else piece: index
+               for piece, index in vocab.items()}
+    return {**files, "vocab.json": json.dumps(renamed).encode()}
+
+
+def test_a_pair_no_bilingual_model_serves_installs_from_a_multilingual_one(
+        mirror: Mirror, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """No opus-mt-en-de on the hub: opus-mt-en-fiu (tokens for Finnish and Estonian only) is
+    looked at and passed over, opus-mt-en-gmw (>>deu<<, >>ltz<<) serves en-de alone, its
+    sources prefixed with >>deu<< as the service translates them; a source-side group
+    (opus-mt-gmw-en) serves a language its card lists and no other."""
+    from service.bundle import load_bundle
+    from service.translator import Translator
+
+    marian = mirror.repos.pop(REPO)
+    fiu = {"vocab.json": json.dumps({"</s>": 0, "<unk>": 1, ">>fin<<": 2, ">>est<<": 3,
+                                     "<pad>": 4}).encode()}
+    mirror.repos.update({
+        "Helsinki-NLP/opus-mt-en-gmw": marian,
+        "Helsinki-NLP/opus-mt-en-fiu": fiu,
+        "Helsinki-NLP/opus-mt-gmw-en": {**without_language_tokens(marian), "README.md": (
+            b"# gmw-en\n\n* source group: West Germanic languages\n* target group: English\n"
+            b"- source language(s): afr deu ltz nld\n- target language(s): eng\n")},
+    })
+    models = tmp_path / "models"
+    status, out, err = run(capsys, "--model-dir", models, "install", "en-de", "--source",
+                           "opus-mt")
+    assert status == 0, err
+    assert out.startswith(f"en-de\topus-mt\t{COMMIT[:12]}\t")
+    assert "opus-mt-en-gmw serves it" in err
+    origin = json.loads((models / "en-de" / "installed.json").read_text())
+    assert origin["url"] == f"Helsinki-NLP/opus-mt-en-gmw@{COMMIT}"
+    assert origin["language_token"] == ">>deu<<"
+    bundle = load_bundle(models / "en-de")
+    assert bundle.manifest["target_languages"] == {"de": ">>deu<<"}
+    assert bundle.pairs == [("en", "de")]
+    with Translator.open(models / "en-de", threads=1, workers=1, cache_mb=0) as translator:
+        translated = translator.translate_batch(["Where is the train station?"], ("en", "de"))
+    assert translated[0].text == "Wo ist der Bahnhof?"  # what >>deu<< asks the model for
+    fetched = {path for method, path, _ in mirror.requests if method == "GET"}
+    assert not [path for path in fetched if "opus-mt-en-fiu" in path
+                and not path.endswith("vocab.json")]
+
+    status, _, err = run(capsys, "--model-dir", models, "install", "en-fr", "--source",
+                         "opus-mt")
+    assert status == 1
+    assert failure(err) == (
+        f"translate-models: en-fr: no Opus-MT model: {mirror.url}/Helsinki-NLP/opus-mt-en-fr "
+        "does not exist; the multilingual opus-mt-en-fiu, opus-mt-en-gmw do not cover it")
+
+    status, out, err = run(capsys, "--model-dir", models, "install", "nl-en", "--source",
+                           "opus-mt")
+    assert status == 0, err
+    manifest = load_bundle(models / "nl-en").manifest
+    assert (manifest["source_lang"], manifest["target_lang"]) == ("nl", "en")
+    assert "target_languages" not in manifest  # no token: the target is the model's only one
+    status, _, err = run(capsys, "--model-dir", models, "install", "fr-en", "--source",
+                         "opus-mt")
+    assert status == 1 and "opus-mt-gmw-en do not cover it" in failure(err)

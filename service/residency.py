@@ -10,13 +10,13 @@ loading, and the next load evicts again. PRELOAD names the models loaded at star
 every bundle when there is no budget).
 
 A model counts against the budget as the resident memory its load added: the process's
-``VmRSS`` before and after the engine opened, measured on the bundle's first load and
-remembered for its later ones (never less than its graphs' size: memory freed by an unload and
-reused shows as no growth). Before that first load it counts as its graphs' size (the encoder
-and decoder of the variant served, once per set of sessions the engine opens, once more for an
-int8 engine's one-thread decoder) times ``ESTIMATE_FACTOR``. Requests running on other models
-during a load allocate too, so a measurement errs high under traffic; docs/models.md has the
-figures.
+``VmRSS`` before and after the engine opened, measured on a load during which no request ran
+on another model (their allocations would count too: under traffic a 25 MiB model measured
+87 MiB), and remembered for the bundle's later loads; never less than its graphs' size (memory
+freed by an unload and reused shows as no growth). Until such a load, it counts as its graphs'
+size (the encoder and decoder of the variant served, once per set of sessions the engine
+opens, once more for an int8 engine's one-thread decoder) times ``ESTIMATE_FACTOR``.
+docs/models.md has the figures.
 
 A load that fails (a corrupt or unloadable bundle) answers its requests with
 ``ModelLoadFailed`` naming the pair and the cause; for ``LOAD_RETRY_S`` the pair's requests get
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -120,7 +121,8 @@ class Residency:
         self._loading: dict[Path, asyncio.Future[Resident]] = {}  # on the event loop only
         self._state = threading.Lock()  # _loaded and _in_use, between the loop and a load
         self._load_lock = threading.Lock()  # one load or unload at a time
-        self._measured: dict[Path, float] = {}  # MiB each bundle's first load added
+        self._measured: dict[Path, float] = {}  # MiB a quiet load of each bundle added
+        self._served = 0  # requests that found their model loaded, ever (a quiet load's check)
         self._failed: dict[Path, tuple[float, str]] = {}  # (monotonic time, cause) of a failure
 
     @property
@@ -187,6 +189,7 @@ class Residency:
             resident = self._loaded.get(directory)
             if resident is not None:
                 self._loaded.move_to_end(directory)
+                self._served += 1
         try:
             if resident is None:
                 resident = await asyncio.shield(self._load_once(directory))
@@ -220,9 +223,16 @@ class Residency:
             if self.budget_mb and not needed:  # every manifest was read (``open``)
                 bundle = self.bundles[self.pairs_of[directory][0]]
                 needed = graph_megabytes(bundle, self.settings.variant) * ESTIMATE_FACTOR
-            for victim in self._evict(needed, keep=directory):
+            victims = self._evict(needed, keep=directory)
+            for victim in victims:
                 self._unload(victim)
+            if victims:
+                # An unloaded engine sits in reference cycles (its lanes, batches) that only the
+                # cyclic collector frees: without this its sessions stayed resident until the
+                # collector happened to run (+28 MiB per load of en-de, bench/many_pairs.py).
+                gc.collect()
             started = time.monotonic()
+            quiet = self._quiet()
             before = rss_megabytes()
             try:
                 engine = self.factory(directory, self.settings)
@@ -235,7 +245,9 @@ class Residency:
                 if self.metrics is not None:
                     self.metrics.model_load_failures.labels(directory.name).inc()
                 raise self._failure(directory, cause, LOAD_RETRY_S) from error
-            grown = None if before is None else (rss_megabytes() or before) - before
+            after = rss_megabytes()
+            grown = (None if before is None or after is None or self._quiet() != quiet
+                     or quiet is None else after - before)
             seconds = time.monotonic() - started
             self._failed.pop(directory, None)
             if directory not in self.pairs_of:
@@ -247,7 +259,8 @@ class Residency:
             floor = engine_megabytes(engine) if isinstance(engine, Engine) else needed
             if directory not in self._measured and grown is not None:
                 self._measured[directory] = max(grown, floor)
-            resident = Resident(engine, self._measured.get(directory, floor))
+            estimate = floor * ESTIMATE_FACTOR if isinstance(engine, Engine) else needed
+            resident = Resident(engine, self._measured.get(directory, estimate))
             with self._state:
                 self._loaded[directory] = resident
             log.info("loaded %s from %s on %s in %.1f s (%.0f MiB)", ", ".join(labels),
@@ -259,6 +272,14 @@ class Residency:
                 self.metrics.model_loaded.labels(directory.name).set(1)
             self._set_gauges()
             return resident
+
+    def _quiet(self) -> int | None:
+        """While no request runs on a loaded model, the count of those that have: a load
+        between two equal counts ran alone. None while one runs."""
+        with self._state:
+            if any(self._in_use[directory] for directory in self._loaded):
+                return None
+            return self._served
 
     def _failure(self, directory: Path, cause: str, wait: float) -> ModelLoadFailed:
         return ModelLoadFailed([pair_label(pair) for pair in self.pairs_of.get(directory, [])]

@@ -269,23 +269,24 @@ def _file(model: OpusModel, name: str) -> Path | None:
 
 def _covers(model: OpusModel, source: str, target: str) -> bool:
     """Whether multilingual ``model`` translates source -> target: a group on the target side
-    must have a token for the target in its vocabulary, a group on the source side must be
-    listed among the source languages of its card."""
+    must have a token for the target in its vocabulary (not looked at when its card lists
+    target languages without it), a group on the source side must be listed among the source
+    languages of its card."""
     languages = _repo_languages(model.repo)
     assert languages is not None  # a candidate
+    card = _file(model, "README.md")
+    listed = card_languages(card.read_text(encoding="utf-8")) if card else {"source": set(),
+                                                                           "target": set()}
     if _is_group(languages[1]):
+        if listed["target"] and not set(language_forms(target)) & listed["target"]:
+            return False  # the card's list says no: its vocabulary (MBs) is not downloaded
         vocabulary = _file(model, "vocab.json")
         try:
             if vocabulary is None or target_token(vocabulary.parent, target) is None:
                 return False
         except CatalogueError:  # tokens, but none for the target
             return False
-    if _is_group(languages[0]):
-        card = _file(model, "README.md")
-        listed = card_languages(card.read_text(encoding="utf-8")) if card else {"source": set()}
-        if not set(language_forms(source)) & listed["source"]:
-            return False
-    return True
+    return not (_is_group(languages[0]) and not set(language_forms(source)) & listed["source"])
 
 
 def resolve(pair: str) -> OpusModel:
@@ -327,7 +328,7 @@ def resolve(pair: str) -> OpusModel:
                   flush=True)
             return model
     others = (f"; the multilingual {', '.join(tried)} do not cover it" if tried
-              else "; nor any multilingual one that might")
+              else "; no multilingual repository is named for both languages")
     if offline():
         raise CatalogueError(f"{pair}: offline (HF_HUB_OFFLINE is set) and {bilingual.repo} is "
                              f"not in the hub's cache{others}")

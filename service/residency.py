@@ -230,6 +230,7 @@ class Residency:
                 # An unloaded engine sits in reference cycles (its lanes, batches) that only the
                 # cyclic collector frees: without this its sessions stayed resident until the
                 # collector happened to run (+28 MiB per load of en-de, bench/many_pairs.py).
+                # One the worker still holds from its last batch goes at the next load.
                 gc.collect()
             started = time.monotonic()
             quiet = self._quiet()

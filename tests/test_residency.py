@@ -8,6 +8,7 @@ import asyncio
 import json
 import shutil
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,10 +78,16 @@ def test_a_budget_of_one_model_serves_alternating_pairs_and_pivots(models: Path)
         assert translator.engines == {}  # a budget and no PRELOAD: nothing loaded at start
         assert set(translator.pairs) == {("en", "de"), ("fr", "en")}
         assert translator.pivots == {("fr", "de"): "en"}
+        unloaded: list[weakref.ref[Engine]] = []
         for pair in [("en", "de"), ("fr", "en"), ("en", "de"), ("fr", "en")]:
             assert [r.text for r in translator.translate_batch([s1, s2], pair)] == [t1, t2]
             assert list(translator.engines) == [pair]  # only the one used last is resident
             assert metrics.registry.get_sample_value("translate_models_resident") == 1
+            # The engines unloaded before the last load are gone, sessions and all, not left
+            # resident until Python's cyclic collector happens to run (the one just unloaded
+            # may still be held by the worker thread that last ran it).
+            assert [ref() for ref in unloaded[:-1]] == [None] * len(unloaded[:-1])
+            unloaded.append(weakref.ref(translator.engines[pair]))
         assert total(metrics, "translate_model_loads") == 4
         assert total(metrics, "translate_model_unloads") == 3
         assert count(metrics, "translate_model_unloads_total", "en-de") == 2

@@ -71,7 +71,8 @@ class Settings(BaseSettings):
         description="Memory for loaded models, in MB; 0 = no budget. Every bundle is served, "
         "loaded on its first request, and the least recently used model no request is using is "
         "unloaded when another needs the room. A model counts as the resident memory its "
-        "first load added (measured; before it, 1.5 times its graphs' size).",
+        "load added, measured on a load no request ran beside; until then, 1.5 times its "
+        "graphs' size.",
     )
     preload: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from service.bundle import MANIFEST, load_bundle
-from service.residency import graph_megabytes
+from service.residency import ESTIMATE_FACTOR, graph_megabytes
 from service.settings import Settings
 from service.translator import TranslateOptions, Translator
 
@@ -85,7 +85,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pairs = pair_bundles(args.model_dir, Path(tmp), max(2, args.pairs))
         settings = Settings(model_dir=Path(tmp), device="cpu", threads=args.threads, workers=1,
-                            cache_mb=0, model_memory_mb=megabytes * (args.budget + 0.5))
+                            cache_mb=0,
+                            model_memory_mb=megabytes * ESTIMATE_FACTOR * (args.budget + 0.5))
         print(f"{len(pairs)} pairs of {args.model_dir.name} ({megabytes:.0f} MB of graphs "
               f"each), MODEL_MEMORY_MB={settings.model_memory_mb:.0f}, threads {args.threads}")
         with Translator.load(settings) as translator:

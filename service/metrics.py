@@ -153,13 +153,23 @@ class Metrics:
             "translate_model_load_seconds", "Time to load a model (sessions opened).",
             buckets=_LATENCY_BUCKETS, registry=r
         )
+        self.model_load_failures = Counter(
+            "translate_model_load_failures",
+            "Loads that failed (a corrupt or unloadable bundle), by bundle directory.",
+            ["model"], registry=r
+        )
+        self.model_loaded = Gauge(
+            "translate_model_loaded",
+            "1 while the bundle's model is loaded, 0 while it is served but not loaded, by "
+            "bundle directory (translate-models list reads it).", ["model"], registry=r
+        )
         self.models_resident = Gauge(
             "translate_models_resident", "Models loaded now.", registry=r
         )
         self.models_resident_megabytes = Gauge(
             "translate_models_resident_megabytes",
-            "Estimated memory of the models loaded now (their graphs' sizes, see "
-            "service.residency).", registry=r
+            "Memory of the models loaded now, in MiB, as MODEL_MEMORY_MB counts it: what each "
+            "one's load added to the resident memory (see service.residency).", registry=r
         )
 
     def render(self) -> bytes:

@@ -39,6 +39,7 @@ from service.glossary import (
 from service.ratelimit import OverCharLimit, RateLimited
 from service.scheduler import (
     DeadlineExceeded,
+    ModelLoadFailed,
     QueueFull,
     RequestTooLarge,
     SchedulerError,
@@ -600,6 +601,14 @@ def scheduler_error(exc: SchedulerError, request_id: str = "") -> PipelineError:
             "translation_failed",
             "A sentence of this request failed in the decoder, also when retried alone "
             f"(request id {exc.request_id or request_id}).",
+        )
+    if isinstance(exc, ModelLoadFailed):
+        return PipelineError(
+            "model_unavailable",
+            f"The model of {', '.join(exc.pairs)} (bundle {exc.bundle}) could not be loaded: "
+            f"{exc.cause}. Other pairs are unaffected; it is tried again in "
+            f"{exc.retry_after} s (reinstall it with translate-models if it stays broken).",
+            retry_after=exc.retry_after,
         )
     if isinstance(exc, DeadlineExceeded):
         return PipelineError(

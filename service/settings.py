@@ -70,8 +70,9 @@ class Settings(BaseSettings):
         0, ge=0,
         description="Memory for loaded models, in MB; 0 = no budget. Every bundle is served, "
         "loaded on its first request, and the least recently used model no request is using is "
-        "unloaded when another needs the room. A model counts as the size of the graphs it "
-        "serves, once per set of sessions its workers open (see `WORKERS`).",
+        "unloaded when another needs the room. A model counts as the resident memory its "
+        "load added, measured on a load no request ran beside; until then, 1.5 times its "
+        "graphs' size.",
     )
     preload: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LFS = (".safetensors", ".bin", ".spm")  # what the hub keeps in LFS (hashed with SHA-256)
@@ -89,8 +89,13 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
                 self._send(200, json.dumps(mirror.index).encode(), head=head)
             elif path.startswith("/packages/") and path[10:] in mirror.packages:
                 self._file(path[10:], mirror.packages[path[10:]], {}, head)
-            elif path == "/api/models":
-                listed = [{"id": repo, "modelId": repo} for repo in mirror.repos]
+            elif path == "/api/models":  # the hub's search: a substring, and the owner
+                query = parse_qs(urlparse(self.path).query)
+                search = query.get("search", [""])[0].lower()
+                author = query.get("author", [""])[0]
+                listed = [{"id": repo, "modelId": repo} for repo in mirror.repos
+                          if search in repo.lower() and repo.startswith(f"{author}/"
+                                                                         if author else "")]
                 self._send(200, json.dumps(listed).encode(), head=head)
             elif path.startswith("/api/models/"):
                 self._model_info(path[len("/api/models/"):].split("/revision/")[0], head)

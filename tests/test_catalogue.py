@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.model_mirror import COMMIT, Mirror, MirrorServer, repo_files
+from tests.test_api import free_port
 from tests.test_importers import (
     ct2_dir,  # noqa: F401  (a fixture this module uses too)
     opennmt_model,
@@ -82,6 +84,8 @@ def mirror(packages: dict[str, bytes], marian_dir: Path, monkeypatch: pytest.Mon
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         monkeypatch.delenv("MODELS", raising=False)
+        # No service there: ``list`` says so (one on this machine's port 8000 is not ours).
+        monkeypatch.setenv("TRANSLATE_SERVICE_URL", f"http://127.0.0.1:{free_port()}")
         yield served
 
 
@@ -126,10 +130,12 @@ def test_install_list_remove_an_argos_package(mirror: Mirror, tmp_path: Path,
     assert manifest["imported_from"]["not_imported"] == ["stanza (sentence splitting)"]
     assert not [p for p in models.iterdir() if p.name.startswith(".installing")]
 
-    status, out, _ = run(capsys, "--model-dir", models, "list")
-    pair, source, version, size, path = out.strip().split("\t")
-    assert (pair, source, version, path) == ("en-de", "argos", "1.1", str(models / "en-de"))
+    status, out, err = run(capsys, "--model-dir", models, "list")
+    pair, source, version, size, loaded, path = out.strip().split("\t")
+    assert (pair, source, version, loaded, path) == ("en-de", "argos", "1.1", "-",
+                                                     str(models / "en-de"))
     assert float(size.split()[0]) > 0
+    assert status == 0 and failure(err).startswith("translate-models: no service answers at")
 
     status, out, err = run(capsys, "--model-dir", models, "install", "de-en", "--source",
                            "argos", "--cache-dir", tmp_path / "cache")
@@ -301,3 +307,112 @@ def test_an_early_argos_package_without_the_unknown_token_installs(
     assert out.startswith("en-es\targos\t1.0\t")
     manifest = json.loads((models / "en-es" / "manifest.json").read_text())
     assert manifest["model"]["unk_id"] == len(pieces) - 1
+
+
+def test_list_says_which_pairs_a_running_service_has_loaded(
+        tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """The real server (``python -m service.main``) over two bundles with a budget, one
+    loaded by a request; then the same listing once it has stopped."""
+    import httpx
+
+    from tests.test_server import ServerProcess
+
+    models = tmp_path / "models"
+    for pair in ("en-de", "fr-en", "es-en"):
+        shutil.copytree(tiny_bundle, models / pair)
+        manifest = json.loads((models / pair / "manifest.json").read_text())
+        manifest.update(source_lang=pair[:2], target_lang=pair[3:])
+        (models / pair / "manifest.json").write_text(json.dumps(manifest))
+    # es-en is installed but the service leaves it out (MODELS).
+    server = ServerProcess([sys.executable, "-m", "service.main", "--model-dir", str(models),
+                            "--threads", "1", "--workers", "1"],
+                           env={"MODEL_MEMORY_MB": "1000", "MODELS": "en-de,fr-en",
+                                "API_KEYS": "sesame"})
+    try:
+        server.wait_for("/ready")
+        response = httpx.post(f"{server.url}/translate", timeout=60, json={
+            "text": "Hello.", "source_lang": "fr", "target_lang": "en"},
+            headers={"Authorization": "Bearer sesame"})
+        assert response.status_code == 200, response.text
+        monkeypatch.setenv("TRANSLATE_SERVICE_URL", server.url)
+        status, out, err = run(capsys, "--model-dir", models, "list")
+        assert status == 0 and "--api-key" in failure(err)  # /metrics needs the key
+        status, out, err = run(capsys, "--model-dir", models, "list", "--api-key", "sesame")
+        assert status == 0 and err == ""
+        listed = {line.split("\t")[0]: line.split("\t")[4] for line in out.splitlines()}
+        assert listed == {"en-de": "not loaded", "es-en": "not served", "fr-en": "loaded"}
+    finally:
+        server.stop()
+    status, out, err = run(capsys, "--model-dir", models, "list", "--service", server.url)
+    assert status == 0
+    assert failure(err) == (f"translate-models: no service answers at {server.url} "
+                            "([Errno 111] Connection refused): loaded or not unknown")
+    assert [line.split("\t")[4] for line in out.splitlines()] == ["-", "-", "-"]
+
+
+def without_language_tokens(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The MarianMT repository's files with its target-language tokens renamed to plain
+    pieces: a model whose sources need no token, as opus-mt-mul-en's."""
+    vocab = json.loads(files["vocab.json"])
+    renamed = {piece.strip("<>") if piece.startswith(">>") else piece: index
+               for piece, index in vocab.items()}
+    return {**files, "vocab.json": json.dumps(renamed).encode()}
+
+
+def test_a_pair_no_bilingual_model_serves_installs_from_a_multilingual_one(
+        mirror: Mirror, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """No opus-mt-en-de on the hub: opus-mt-en-fiu (tokens for Finnish and Estonian only) is
+    looked at and passed over, opus-mt-en-gmw (>>deu<<, >>ltz<<) serves en-de alone, its
+    sources prefixed with >>deu<< as the service translates them; a source-side group
+    (opus-mt-gmw-en) serves a language its card lists and no other."""
+    from service.bundle import load_bundle
+    from service.translator import Translator
+
+    marian = mirror.repos.pop(REPO)
+    fiu = {"vocab.json": json.dumps({"</s>": 0, "<unk>": 1, ">>fin<<": 2, ">>est<<": 3,
+                                     "<pad>": 4}).encode(),
+           "README.md": b"# en-fiu\n\n* target languages: est,fin\n"}
+    mirror.repos.update({
+        "Helsinki-NLP/opus-mt-en-gmw": marian,
+        "Helsinki-NLP/opus-mt-en-fiu": fiu,
+        "Helsinki-NLP/opus-mt-gmw-en": {**without_language_tokens(marian), "README.md": (
+            b"# gmw-en\n\n* source group: West Germanic languages\n* target group: English\n"
+            b"- source language(s): afr deu ltz nld\n- target language(s): eng\n")},
+    })
+    models = tmp_path / "models"
+    status, out, err = run(capsys, "--model-dir", models, "install", "en-de", "--source",
+                           "opus-mt")
+    assert status == 0, err
+    assert out.startswith(f"en-de\topus-mt\t{COMMIT[:12]}\t")
+    assert "opus-mt-en-gmw serves it" in err
+    origin = json.loads((models / "en-de" / "installed.json").read_text())
+    assert origin["url"] == f"Helsinki-NLP/opus-mt-en-gmw@{COMMIT}"
+    assert origin["language_token"] == ">>deu<<"
+    bundle = load_bundle(models / "en-de")
+    assert bundle.manifest["target_languages"] == {"de": ">>deu<<"}
+    assert bundle.pairs == [("en", "de")]
+    with Translator.open(models / "en-de", threads=1, workers=1, cache_mb=0) as translator:
+        translated = translator.translate_batch(["Where is the train station?"], ("en", "de"))
+    assert translated[0].text == "Wo ist der Bahnhof?"  # what >>deu<< asks the model for
+    fetched = {path for method, path, _ in mirror.requests if method == "GET"}
+    # Its card lists Estonian and Finnish: neither its vocabulary nor its weights are fetched.
+    fiu_files = [path.rsplit("/", 1)[1] for path in fetched if "opus-mt-en-fiu/" in path]
+    assert fiu_files == ["README.md"]
+
+    status, _, err = run(capsys, "--model-dir", models, "install", "en-fr", "--source",
+                         "opus-mt")
+    assert status == 1
+    assert failure(err) == (
+        f"translate-models: en-fr: no Opus-MT model: {mirror.url}/Helsinki-NLP/opus-mt-en-fr "
+        "does not exist; the multilingual opus-mt-en-fiu, opus-mt-en-gmw do not cover it")
+
+    status, out, err = run(capsys, "--model-dir", models, "install", "nl-en", "--source",
+                           "opus-mt")
+    assert status == 0, err
+    manifest = load_bundle(models / "nl-en").manifest
+    assert (manifest["source_lang"], manifest["target_lang"]) == ("nl", "en")
+    assert "target_languages" not in manifest  # no token: the target is the model's only one
+    status, _, err = run(capsys, "--model-dir", models, "install", "fr-en", "--source",
+                         "opus-mt")
+    assert status == 1 and "opus-mt-gmw-en do not cover it" in failure(err)

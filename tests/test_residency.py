@@ -8,6 +8,7 @@ import asyncio
 import json
 import shutil
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,10 +78,16 @@ def test_a_budget_of_one_model_serves_alternating_pairs_and_pivots(models: Path)
         assert translator.engines == {}  # a budget and no PRELOAD: nothing loaded at start
         assert set(translator.pairs) == {("en", "de"), ("fr", "en")}
         assert translator.pivots == {("fr", "de"): "en"}
+        unloaded: list[weakref.ref[Engine]] = []
         for pair in [("en", "de"), ("fr", "en"), ("en", "de"), ("fr", "en")]:
             assert [r.text for r in translator.translate_batch([s1, s2], pair)] == [t1, t2]
             assert list(translator.engines) == [pair]  # only the one used last is resident
             assert metrics.registry.get_sample_value("translate_models_resident") == 1
+            # The engines unloaded before the last load are gone, sessions and all, not left
+            # resident until Python's cyclic collector happens to run (the one just unloaded
+            # may still be held by the worker thread that last ran it).
+            assert [ref() for ref in unloaded[:-1]] == [None] * len(unloaded[:-1])
+            unloaded.append(weakref.ref(translator.engines[pair]))
         assert total(metrics, "translate_model_loads") == 4
         assert total(metrics, "translate_model_unloads") == 3
         assert count(metrics, "translate_model_unloads_total", "en-de") == 2
@@ -90,8 +97,12 @@ def test_a_budget_of_one_model_serves_alternating_pairs_and_pivots(models: Path)
         assert translator.translate_batch([s1], ("fr", "de"))[0].text == by_hand
         assert list(translator.engines) == [("en", "de")]  # the second leg's
         assert total(metrics, "translate_model_loads") == 7  # en-de, then each leg
+        # The one model counts as the resident memory its load added, never less than its
+        # graphs (here its load added more than half the budget: no second model fits).
         resident = metrics.registry.get_sample_value("translate_models_resident_megabytes")
-        assert 0 < resident <= settings.model_memory_mb
+        assert model_mb(models) <= resident
+        assert metrics.registry.get_sample_value("translate_model_loaded", {"model": "en-de"}) == 1
+        assert metrics.registry.get_sample_value("translate_model_loaded", {"model": "fr-en"}) == 0
 
 
 def test_concurrent_first_requests_load_the_model_once(models: Path) -> None:
@@ -193,3 +204,64 @@ def test_the_scheduler_takes_pairs_in_and_out_only_when_empty() -> None:
 
     asyncio.run(main())
     scheduler.stop()
+
+
+def test_a_bundle_that_fails_to_load_answers_503_in_each_api_and_spares_the_others(
+        models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corrupt bundle (a graph's byte flipped: its checksum fails when it loads) beside
+    two sound ones: its requests get 503 naming the pair and the cause, with Retry-After, in
+    each API's error shape, without a load per request; the other pairs translate, before and
+    after; once repaired, it loads on the next request after the wait."""
+    from service import residency
+
+    root = tmp_path / "models"
+    shutil.copytree(models, root)
+    shutil.copytree(models / "en-de", root / "es-en")
+    manifest = json.loads((root / "es-en" / "manifest.json").read_text())
+    manifest.update(source_lang="es", target_lang="en")
+    (root / "es-en" / "manifest.json").write_text(json.dumps(manifest))
+    graph = load_bundle(root / "es-en").graph_paths(None)[0]
+    sound = graph.read_bytes()
+    graph.write_bytes(sound[:100] + bytes([sound[100] ^ 0xFF]) + sound[101:])
+    app = create_app(Settings(model_dir=root, model_memory_mb=1000, **ONE_THREAD))
+    metrics: Metrics = app.state.service.metrics
+    (source, target), = PAIRS[:1]
+
+    async def main() -> None:
+        async with serving(app) as client:
+            response = await client.post("/translate", json={
+                "text": source, "source_lang": "es", "target_lang": "en"})
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "model_unavailable"
+            assert "es-en" in error["message"] and "corrupted" in error["message"]
+            assert str(root) not in error["message"]
+            assert 1 <= int(response.headers["Retry-After"]) <= residency.LOAD_RETRY_S
+            # The other pairs were not held up and load and translate as before.
+            response = await client.post("/translate", json={
+                "text": source, "source_lang": "en", "target_lang": "de"})
+            assert response.status_code == 200, response.text
+            assert response.json()["translations"] == [{"text": target}]
+            libre = await client.post(f"{libretranslate.PREFIX}/translate", json={
+                "q": source, "source": "es", "target": "en"})
+            assert libre.status_code == 503 and "Retry-After" in libre.headers
+            assert set(libre.json()) == {"error"} and "es-en" in libre.json()["error"]
+            deepl_answer = await client.post(f"{deepl.PREFIX}/translate", json={
+                "text": [source], "source_lang": "ES", "target_lang": "EN"})
+            assert deepl_answer.status_code == 503 and "Retry-After" in deepl_answer.headers
+            assert "es-en" in deepl_answer.json()["message"]
+            # One load tried, its answer repeated until the wait is over.
+            assert count(metrics, "translate_model_load_failures_total", "es-en") == 1
+            response = await client.post("/translate", json={
+                "text": source, "source_lang": "fr", "target_lang": "en"})
+            assert response.status_code == 200, response.text
+
+            graph.write_bytes(sound)  # repaired (reinstalled), and the wait over
+            monkeypatch.setattr(residency, "LOAD_RETRY_S", 0.0)
+            response = await client.post("/translate", json={
+                "text": source, "source_lang": "es", "target_lang": "en"})
+            assert response.status_code == 200, response.text
+            assert response.json()["translations"] == [{"text": target}]
+            assert count(metrics, "translate_model_load_failures_total", "es-en") == 1
+
+    asyncio.run(main())

@@ -29,7 +29,7 @@ class Reply:
 SERVICE_SIDE: dict[str, Reply] = {
     **{code: Reply(503) for code in ("not_ready", "load_failed", "unavailable",
                                       "shutting_down", "worker_restarted", "no_healthy_worker",
-                                      "overloaded")},
+                                      "overloaded", "model_unavailable")},
     "client_closed_request": Reply(499),
     "translation_failed": Reply(500),
     "timeout": Reply(504),

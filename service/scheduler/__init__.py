@@ -15,6 +15,7 @@ worker is replaced or, dying too often or its engine failing for good, the sched
 from service.scheduler.admission import Admission, Admitted
 from service.scheduler.errors import (
     DeadlineExceeded,
+    ModelLoadFailed,
     QueueFull,
     RequestTooLarge,
     SchedulerError,
@@ -46,6 +47,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "DeadlineExceeded",
+    "ModelLoadFailed",
     "QueueFull",
     "RequestTooLarge",
     "Scheduler",

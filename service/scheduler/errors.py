@@ -51,3 +51,17 @@ class TranslationFailed(SchedulerError):
         super().__init__(f"sentence {index} of request {request_id} failed in the decoder")
         self.request_id = request_id
         self.index = index
+
+
+class ModelLoadFailed(SchedulerError):
+    """A pair's model could not be loaded on its first request (``service.residency``): a
+    corrupt or unloadable bundle. A ``SchedulerError`` so that every path that answers the
+    scheduler's refusals answers this one too; ``retry_after`` is when a load is tried again."""
+
+    def __init__(self, pairs: list[str], bundle: str, cause: str, retry_after: int) -> None:
+        super().__init__(f"the model of {', '.join(pairs)} ({bundle}) could not be loaded: "
+                         f"{cause}")
+        self.pairs = pairs
+        self.bundle = bundle
+        self.cause = cause
+        self.retry_after = retry_after

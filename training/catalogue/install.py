@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from training.catalogue import CatalogueError, argos, opus, parse_pair
 
@@ -92,8 +92,10 @@ def _locked(model_dir: Path, pair: str) -> Iterator[None]:
 
 
 def _download(pair: str, source: Source, cache_dir: Path, index: str | None,
-              ) -> tuple[Path, str, dict[str, str], str]:
-    """(the model's files, where from, its version and address, the bundle's name)."""
+              ) -> tuple[Path, str, dict[str, str], str, dict[str, Any]]:
+    """(the model's files, where from, its version and address, the bundle's name, what the
+    import is told: the pair's languages and target-language token of an Opus-MT model
+    installed by pair)."""
     if source in ("argos", "auto"):
         try:
             package = argos.newest(argos.read_index(index), pair)
@@ -105,13 +107,26 @@ def _download(pair: str, source: Source, cache_dir: Path, index: str | None,
         if package is not None:
             path = argos.fetch(package, cache_dir)
             return path, "argos", {"version": package.package_version,
-                                   "url": package.links[0]}, pair
+                                   "url": package.links[0]}, pair, {}
         if source == "argos":
             raise CatalogueError(f"{pair}: not in the Argos index "
                                  f"{index or argos.index_location()}")
-    model = opus.for_pair(pair)
+    model = opus.for_pair(pair) if "/" in pair else opus.resolve(pair)
     path, commit = opus.fetch(model)
-    return path, "opus-mt", {"version": commit[:12], "url": f"{model.repo}@{commit}"}, model.name
+    origin = {"version": commit[:12], "url": f"{model.repo}@{commit}"}
+    if model.source is None or model.target is None:  # a repository by its id: all of it
+        return path, "opus-mt", origin, model.name, {}
+    # By pair: that pair alone, under its codes, its sources prefixed with the target's token
+    # where the model has such tokens (>>spa<< for es in opus-mt-en-mul).
+    try:
+        token = opus.target_token(path, model.target)
+    except CatalogueError as error:
+        raise CatalogueError(f"{pair}: {model.repo}: {error}") from error
+    if token:
+        origin["language_token"] = token
+    return path, "opus-mt", origin, model.name, {
+        "source_lang": model.source, "target_lang": model.target,
+        "target_languages": {model.target: token} if token else {}}
 
 
 def probe(bundle: Path) -> str:
@@ -149,11 +164,11 @@ def install(pair: str, model_dir: Path, source: Source = "auto", *,
                       *model_dir.glob(f".{PARTIAL}{name}-*")]:
             shutil.rmtree(stale, ignore_errors=True)
         started = time.monotonic()
-        files, source_name, origin, name = _download(pair, source, cache_dir, index)
+        files, source_name, origin, name, languages = _download(pair, source, cache_dir, index)
         downloaded = time.monotonic()
         partial = model_dir / f"{PARTIAL}{name}-{os.getpid()}"
         try:
-            import_model(files, partial, int8=True)
+            import_model(files, partial, int8=True, **languages)
             imported = time.monotonic()
             translation = probe(partial)
             (partial / ORIGIN).write_text(json.dumps(

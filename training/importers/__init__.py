@@ -78,9 +78,12 @@ def import_model(source: str | Path, out_dir: str | Path, *, int8: bool = False,
                  fp16: bool = False, calibration: str | Path | None = None,
                  source_lang: str | None = None,
                  target_lang: str | None = None, default_variant: str | None = None,
-                 decoding: dict[str, Any] | None = None) -> Path:
+                 decoding: dict[str, Any] | None = None,
+                 target_languages: dict[str, str] | None = None) -> Path:
     """Write a bundle of ``source`` to ``out_dir``; the flags' languages are used where the
-    source's own metadata names none (and override it when given)."""
+    source's own metadata names none (and override it when given). ``target_languages``
+    ({language: token}) serves those of a multilingual model's targets only, under those
+    codes ({"es": ">>spa<<"}); None serves every target its vocabulary has a token for."""
     from training.export import export_bundle
 
     imported = read_source(source)
@@ -89,6 +92,12 @@ def import_model(source: str | Path, out_dir: str | Path, *, int8: bool = False,
     if not source_lang or not target_lang:
         raise UnsupportedModel(f"{source}: its metadata names no languages; give "
                                "--source-lang and --target-lang")
+    if target_languages is not None:
+        unknown = set(target_languages.values()) - set(imported.target_languages.values())
+        if unknown:
+            raise UnsupportedModel(f"{source}: no target-language token {sorted(unknown)} in "
+                                   "its vocabulary")
+        imported.target_languages = dict(target_languages)
     model = imported.model
     checkpoint = {
         "model": model.state_dict(),

@@ -359,7 +359,7 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     "docx empty elements": ("a.docx", docx_elements),
     "docx one paragraph": ("a.docx", docx_paragraph),
     "docx deep nesting": ("a.docx", docx_deep),
-    "docx 50 MB xml": ("a.docx", docx_probe),
+    "docx 59 MB xml": ("a.docx", docx_probe),
     "docx lying header": ("a.docx", docx_lying),
     "docx zip bomb": ("a.docx", bomb),
     "pptx largest": ("a.pptx", fitted(pptx_largest)),

@@ -260,8 +260,8 @@ class Settings(BaseSettings):
         1024, ge=256,
         description="Address space of each document worker process (its `RLIMIT_AS`): a "
         "file whose parsing needs more is refused with 413 and the worker replaced. The "
-        "worst file the default limits let through takes about 220 MiB above the worker's "
-        "own 45 MiB (docs/documents.md, \"Memory\").",
+        "worst file the default limits let through takes about 230 MiB above the worker's "
+        "own 29 MiB (docs/documents.md, \"Memory\").",
     )
     document_ttl_s: float = Field(
         3600.0, gt=0,

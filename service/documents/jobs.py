@@ -3,15 +3,16 @@ so the same continuous batching) as everyone's texts, and kept until downloaded.
 
 Jobs (``DocumentJobs``) run in the process that accepted them, at most MAX_DOCUMENTS
 accepted at once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded.
-At most DOCUMENT_WORKERS are read, translated and written at once, and as many uploads
-checked (``checking``): each holds its parsed file, whose memory the limits bound
-(docs/documents.md, "Memory"); the others wait their turn holding only their bytes. Each has a
-``document_key``, a secret its uploader must show to see its status or download it (DeepL's
-scheme), and an owner, the API key that uploaded it (everyone's, "", when the service asks for
-no keys): another key showing the right ``document_key`` is told there is no such document. A
-job uploaded through LibreTranslate's ``/translate_file`` is ``linked``: its download URL, which
-LibreTranslate's clients fetch without a key, holds its ``document_key`` and works once
-(``DocumentJobs.linked``); no other job can be fetched that way.
+At most DOCUMENT_WORKERS are translated at once, their files read and written in worker
+processes (``service.documents.parsers``), and as many uploads checked (``checking``); the
+others wait their turn, "queued", holding only their bytes (docs/documents.md, "Memory").
+Each has a ``document_key``, a secret its uploader must show to see its status or download
+it (DeepL's scheme), and an owner, the API key that uploaded it (everyone's, "", when the
+service asks for no keys): another key showing the right ``document_key`` is told there is
+no such document. A job uploaded through LibreTranslate's ``/translate_file`` is ``linked``:
+its download URL, which LibreTranslate's clients fetch without a key, holds its
+``document_key`` and works once (``DocumentJobs.linked``); no other job can be fetched that
+way.
 
 With a shared state store (STATE_URL) each job's record (its key's and its owner's digests,
 status, file name) is written there before its id is answered and again when it ends, with the
@@ -114,8 +115,9 @@ class DocumentJobs:
     @contextlib.asynccontextmanager
     async def checking(self) -> AsyncIterator[None]:
         """A turn to check an upload (unpack, count, parse it for its words): at most
-        ``workers`` at once, so that uploads arriving together cost the memory of that many
-        parsed files, not of all of them."""
+        ``workers`` at once, as many as there are worker processes; each check waits for its
+        worker in a thread of the event loop's default pool, and uploads arriving together
+        would otherwise hold the threads that texts need."""
         if self._checking is None:
             self._checking = asyncio.Semaphore(self.workers)
         async with self._checking:
@@ -155,7 +157,7 @@ class DocumentJobs:
         if self._running is None:
             self._running = asyncio.Semaphore(self.workers)
         try:
-            async with self._running:  # the parsed file is held from here to the end
+            async with self._running:  # its texts and translations are held from here on
                 await self._translate(job, text, translate)
         except asyncio.CancelledError:
             job.status, job.error = ERROR, "The service stopped before the translation ended."

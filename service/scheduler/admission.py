@@ -143,5 +143,7 @@ class AdmissionControl(SchedulerState):
         rate = self._throughput.rate
         if rate <= 0:
             return 1
-        waiting = self._background_waiting if background else self._waiting
+        # An interactive request waits behind interactive sentences alone.
+        waiting = (self._background_waiting if background
+                   else self._waiting - self._background_waiting)
         return max(1, min(60, math.ceil(waiting / rate)))

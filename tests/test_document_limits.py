@@ -11,6 +11,7 @@ import time
 import tracemalloc
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -229,3 +230,41 @@ def test_documents_beyond_the_workers_wait_as_queued(server: ServerProcess) -> N
     assert all(poll.count("translating") <= 2 for poll in polls), polls
     # Without the limit a job starts translating before its upload is even answered.
     assert any("translating" in poll and "queued" in poll for poll in polls), polls
+
+
+def test_the_document_workers_end_with_a_server_killed_outright(tmp_path_factory) -> None:
+    """A worker waits on a queue whose writing end it holds itself: without its watch on
+    the server, a server killed with SIGKILL left its workers waiting for ever."""
+    import os
+    import signal
+
+    root = tmp_path_factory.mktemp("killed")
+    with fake_server(root, env={"DATA_DIR": str(root / "data")}, step_s=0.001) as served:
+        answer = httpx.post(served.url + "/translate/document", data={"target_lang": "de"},
+                            files={"file": ("a.txt", b"Start the workers.")})
+        assert answer.status_code == 202, answer.text
+        pid = served.process.pid
+        workers = [int(entry.name) for entry in Path("/proc").iterdir()
+                   if entry.name.isdigit() and _parent(entry) == pid
+                   and b"multiprocessing.spawn" in _command(entry)]
+        assert workers  # the check ran in one
+        os.kill(pid, signal.SIGKILL)
+        served.process.wait(10)
+    stop = time.monotonic() + 30
+    while time.monotonic() < stop and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.2)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()]
+
+
+def _parent(process: Path) -> int:
+    try:
+        return int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _command(process: Path) -> bytes:
+    try:
+        return (process / "cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+import os
 import resource
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -32,10 +34,25 @@ T = TypeVar("T")
 
 
 def _cap_memory(megabytes: int) -> None:
-    """A worker's initializer: its address space capped, so that an allocation past it fails
-    (MemoryError) rather than the machine's memory running out."""
+    """Its address space capped, so that an allocation past it fails (MemoryError) rather
+    than the machine's memory running out."""
     limit = megabytes * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _start_worker(megabytes: int) -> None:
+    """A worker's initializer: its memory capped, and a thread that ends it once the server
+    is gone. A worker waits on a queue whose writing end it holds itself, so a server killed
+    outright (SIGKILL, a crash) would otherwise leave it waiting for ever."""
+    _cap_memory(megabytes)
+    server = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == server:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="server-watch", daemon=True).start()
 
 
 def upload_words(kind: str, data: bytes, max_chars: int, what: str) -> str:
@@ -93,7 +110,7 @@ class Parsers:
                 # and their locks must not be copied into a child.
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     self.workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_cap_memory, initargs=(self.memory_mb,))
+                    initializer=_start_worker, initargs=(self.memory_mb,))
             return self._pool
 
     def _broken(self, pool: concurrent.futures.ProcessPoolExecutor) -> DocumentError:

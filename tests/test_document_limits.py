@@ -205,7 +205,8 @@ def test_documents_accepted_together_all_complete_while_texts_are_answered(
 def test_documents_beyond_the_workers_wait_as_queued(server: ServerProcess) -> None:
     # DOCUMENT_WORKERS (2) documents translate at once: of three long ones uploaded
     # together, one waits as "queued" while the others translate, and all complete.
-    long = [(f"long{i}.txt", long_paragraph(4000, i).encode()) for i in range(3)]
+    # Sentences of their own (seeds no other test uses): none is answered from the cache.
+    long = [(f"long{i}.txt", long_paragraph(4000, 100 + i).encode()) for i in range(3)]
 
     async def main() -> list[list[str]]:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
@@ -227,8 +228,9 @@ def test_documents_beyond_the_workers_wait_as_queued(server: ServerProcess) -> N
             return polls
 
     polls = asyncio.run(main())
-    assert all(poll.count("translating") <= 2 for poll in polls), polls
-    # Without the limit a job starts translating before its upload is even answered.
+    # Without the limit a job starts translating before its upload is even answered, and
+    # none is ever seen queued. (A poll asks for each document in turn, so it is no
+    # snapshot: counting those translating in one would prove nothing.)
     assert any("translating" in poll and "queued" in poll for poll in polls), polls
 
 

@@ -140,10 +140,12 @@ class Parsers:
             raise self._broken(pool) from None
 
     def close(self) -> None:
+        """The workers told to stop; not waited for: a stopping server must not wait out a
+        parse, and a worker whose server is gone ends by itself (``_start_worker``)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 _shared: dict[tuple[int, int], Parsers] = {}

@@ -85,7 +85,6 @@ def test_the_probes_document_is_refused_while_it_inflates_in_bounded_memory() ->
     assert len(data) < 5_000_000
     check_zip(data, "DOCX file")  # every zip limit passes: only its text is too long
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         with pytest.raises(DocumentError, match=r"more than 200000 characters of text; at "
                            r"most 200000 \(MAX_DOCUMENT_CHARS\)") as refused:
@@ -93,12 +92,10 @@ def test_the_probes_document_is_refused_while_it_inflates_in_bounded_memory() ->
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    seconds = time.perf_counter() - started
     assert refused.value.status == 413
     # The upload, its deflated entry's copy and a few chunks: never the 50 MB inflated, nor
     # a tree (which took 3.9 GB).
     assert peak < 2 * len(data) + 2_000_000, peak
-    assert seconds < 30  # a bound against a hang, not a timing: it takes about 0.1 s
 
 
 def test_a_document_of_empty_elements_is_refused_for_its_elements() -> None:
@@ -202,21 +199,24 @@ def test_documents_accepted_together_all_complete_while_texts_are_answered(
     assert answered_at < max(done_at)
 
 
-def test_documents_beyond_the_workers_wait_as_queued(server: ServerProcess) -> None:
-    # DOCUMENT_WORKERS (2) documents translate at once: of three long ones uploaded
-    # together, one waits as "queued" while the others translate, and all complete.
-    # Sentences of their own (seeds no other test uses): none is answered from the cache.
-    long = [(f"long{i}.txt", long_paragraph(4000, 100 + i).encode()) for i in range(3)]
+def test_documents_beyond_the_workers_wait_as_queued(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # DOCUMENT_WORKERS (2) documents translate at once: of three uploaded together, one
+    # waits as "queued" while the others translate, and all complete. Decoder steps of 50 ms
+    # make each document take seconds, however fast the uploads are answered.
+    root = tmp_path_factory.mktemp("queued")
+    env = {"DATA_DIR": str(root / "data"), "MAX_LOOP_LAG_S": "30"}
+    documents = [(f"long{i}.txt", long_paragraph(2000, 200 + i).encode()) for i in range(3)]
 
-    async def main() -> list[list[str]]:
-        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+    async def main(url: str) -> list[list[str]]:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
             async def upload(name: str, data: bytes) -> dict[str, str]:
                 answer = await client.post("/translate/document", data={"target_lang": "de"},
                                            files={"file": (name, data)})
                 assert answer.status_code == 202, answer.text
                 return answer.json()
 
-            accepted = await asyncio.gather(*(upload(*document) for document in long))
+            accepted = await asyncio.gather(*(upload(*document) for document in documents))
             polls: list[list[str]] = []
             while not polls or any(status != "done" for status in polls[-1]):
                 polls.append([(await client.get(
@@ -224,14 +224,15 @@ def test_documents_beyond_the_workers_wait_as_queued(server: ServerProcess) -> N
                     params={"document_key": document["document_key"]})).json()["status"]
                     for document in accepted])
                 assert "error" not in polls[-1]
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.1)
             return polls
 
-    polls = asyncio.run(main())
+    with fake_server(root, env=env, step_s=0.05) as served:
+        polls = asyncio.run(main(served.url))
     # Without the limit a job starts translating before its upload is even answered, and
     # none is ever seen queued. (A poll asks for each document in turn, so it is no
     # snapshot: counting those translating in one would prove nothing.)
-    assert any("translating" in poll and "queued" in poll for poll in polls), polls
+    assert any("translating" in poll and "queued" in poll for poll in polls), polls[:5]
 
 
 def test_the_document_workers_end_with_a_server_killed_outright(tmp_path_factory) -> None:

@@ -35,7 +35,20 @@ a server of their own, started beside it and stopped after):
 10. conncap: a server of its own with MAX_CONNECTIONS=40, and 48 closed-loop clients, each
    on its own kept-alive connection (waiting Retry-After, at most 1 s, after a 503): the
    server's ``translate_http_connections_closed_total`` by reason from /metrics after;
-11. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
+11. documents: ``--documents`` plain-text documents of ``--document-chars`` characters (held-out
+    sentences, paragraphs of 10 to 2,000 sentences: more than one request holds) uploaded at
+    once to ``/translate/document``, while 8 clients send one sentence at a time and /health
+    is probed: documents accepted (202) and completed, the interactive requests' statuses and
+    latencies while the documents translate, and the probes;
+12. hostile: the worst file of each format the limits let through, and the hostile ones
+    (bench/document_memory.py's cases: lying zip headers, zip bombs, deep nesting, millions
+    of empty elements, one huge paragraph), each uploaded twice at once, while /health is
+    probed, on a server of its own: the statuses, and the peak resident memory of the server
+    and of its children (its document workers);
+13. glossary: a 100,000-entry glossary created (DeepL's ``/v2/glossaries``, 3.5 MB), then
+    used by 2 clients (``glossary_id``) and sent inline (``glossary``, 100,000 entries) by
+    one, while /health is probed;
+14. SIGTERM under load (only on a server this script starts): 32 clients, the signal after a
     second, until the server exits.
 
 For each phase: the responses by status, lost requests (sent, and no HTTP answer came: a
@@ -92,7 +105,7 @@ _THINGS = ("kettle", "lantern", "ledger", "compass", "bridge", "harbour", "orcha
 POISONS = [f"The {animal} quietly ruins the {thing} again." for animal in _ANIMALS
            for thing in _THINGS]
 PHASES = ("capacity", "overload", "largest", "slow", "html", "untranslatables", "fault",
-          "poison", "outage", "conncap", "sigterm")
+          "poison", "outage", "conncap", "documents", "hostile", "glossary", "sigterm")
 # How long every decoder step fails in the outage phase, in turn; the file whose existence
 # makes them fail (tests/faults.py), named to the --faults server in its environment.
 OUTAGES = (0.1, 0.25)
@@ -102,8 +115,10 @@ _FAILED = re.compile(r'^translate_sentences_total\{outcome="failed",pair="[^"]+"
 # Settings of the server a phase runs on, when they differ from the main server's.
 # html: a 48,000-character document is ~10 s of a shared 2-core machine's decoding, four at
 # once ~40 s, past the default 30 s deadline; the phase is about the probes, not the deadline.
+# hostile: its accepted files (500,000 characters each) would translate for many minutes
+# after it; on a server of its own they stop with it.
 PHASE_ENV = {"html": {"MAX_CHARS": "50000", "REQUEST_TIMEOUT_S": "120"},
-             "conncap": {"MAX_CONNECTIONS": "40"}}
+             "conncap": {"MAX_CONNECTIONS": "40"}, "hostile": {}}
 HTML_CHARS = 48_000  # below MAX_CHARS and MAX_REQUEST_CHARS (50,000)
 HTML_SENTENCES = 440  # below MAX_REQUEST_SENTENCES (512), as the server estimates them
 ITEM_CHARS = 9_900  # a text of URLs, e-mail addresses and numbers, below MAX_CHARS (10,000)
@@ -696,6 +711,162 @@ def memory(server: Server | None) -> str:
     return f"rss {measured[0]:.0f} MiB (peak {measured[1]:.0f})" if measured else ""
 
 
+def worker_peaks(server: Server | None) -> list[float]:
+    """The peak resident memory (MiB) of each child process of the server (its document
+    workers), from Linux's /proc."""
+    if server is None:
+        return []
+    peaks = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
+                          if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(server.process.pid) and "VmHWM" in fields:
+            peaks.append(int(fields["VmHWM"].split()[0]) / 1024)
+    return peaks
+
+
+def plain_document(sentences: list[str], pool: random.Random, chars: int) -> str:
+    """Paragraphs of held-out sentences, 10 to 2,000 sentences each, about ``chars`` in all."""
+    paragraphs, length = [], 0
+    while length < chars:
+        count = pool.choice((10, 40, 200, 700, 2000))
+        paragraph = " ".join(pool.choice(sentences) for _ in range(count))
+        paragraph = paragraph[:chars - length]
+        paragraphs.append(paragraph)
+        length += len(paragraph) + 2
+    return "\n\n".join(paragraphs)
+
+
+async def documents(client, url: str, texts: list[str], sentences: list[str], count: int,
+                    chars: int, timeout: float) -> Tally:
+    """``count`` documents uploaded at once, each polled until done or failed (at most
+    ``timeout`` seconds), beside 8 interactive clients: the tally is theirs, the note the
+    documents' figures and the probes'."""
+    tally = Tally("documents")
+    pool = random.Random(9)
+    files = [plain_document(sentences, pool, chars) for _ in range(count)]
+    uploads: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    finished = asyncio.Event()
+    started = time.monotonic()
+
+    async def one(index: int, text: str) -> None:
+        form = aiohttp.FormData()
+        form.add_field("target_lang", "de")
+        form.add_field("file", text.encode(), filename=f"d{index}.txt")
+        try:
+            async with client.post("/translate/document", data=form) as response:
+                answer = await response.json(content_type=None)
+                uploads[str(response.status)] += 1
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            uploads[type(exc).__name__] += 1
+            return
+        if response.status != 202:
+            return
+        status_url = f"/translate/document/{answer['document_id']}"
+        key = {"document_key": answer["document_key"]}
+        while time.monotonic() < started + timeout:
+            await asyncio.sleep(1)
+            try:
+                async with client.get(status_url, params=key) as response:
+                    status = (await response.json(content_type=None)).get("status", "?")
+            except (aiohttp.ClientError, TimeoutError):
+                continue  # asked again a second later
+            if status in ("done", "error"):
+                outcomes[status] += 1
+                return
+        outcomes["unfinished"] += 1
+
+    async def all_documents() -> None:
+        await asyncio.gather(*(one(i, text) for i, text in enumerate(files)))
+        finished.set()
+
+    with Probe(url) as probe:
+        work = asyncio.ensure_future(all_documents())
+        while not finished.is_set():
+            await closed_loop(client, tally, texts, 8, time.monotonic() + 5)
+        await work
+    tally.seconds = time.monotonic() - started
+    tally.note = (f"{count} documents of {chars:,} characters: uploads {counted(uploads)}, "
+                  f"completed {counted(outcomes)}; {probe.summary()}")
+    return tally
+
+
+async def hostile(client, url: str, server: Server | None, chars: int) -> Tally:
+    """Each of bench/document_memory.py's cases uploaded twice at once: the statuses by
+    case, and the memory peaks."""
+    from document_memory import CASES, multipart
+
+    tally = Tally("hostile")
+    by_case: list[str] = []
+    started = time.monotonic()
+    with Probe(url) as probe:
+        for name, (filename, build) in CASES.items():
+            data = await asyncio.to_thread(build, chars)
+            body, content_type = multipart(filename, data)
+
+            async def upload(body: bytes, content_type: str) -> str:
+                began = time.perf_counter()
+                try:
+                    async with client.post("/translate/document", data=body,
+                                           headers={"Content-Type": content_type}) as response:
+                        await response.read()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    tally.lost[type(exc).__name__] += 1
+                    return "lost"
+                tally.record(response.status, time.perf_counter() - began)
+                return str(response.status)
+
+            statuses = await asyncio.gather(upload(body, content_type),
+                                            upload(body, content_type))
+            by_case.append(f"{name} {'/'.join(statuses)}")
+    tally.seconds = time.monotonic() - started
+    peaks = worker_peaks(server)
+    workers = (f"; worker peaks {', '.join(f'{p:.0f}' for p in sorted(peaks))} MiB"
+               if peaks else "")
+    tally.note = f"{'; '.join(by_case)}{workers}; {probe.summary()}"
+    return tally
+
+
+async def glossary(client, url: str, texts: list[str], seconds: float,
+                   entries: int = 100_000) -> Tally:
+    """A glossary of ``entries`` created, used by glossary_id and sent inline, beside the
+    probes."""
+    tally = Tally("glossary")
+    tsv = "\n".join(f"term{i} word\tBegriff{i} Wort" for i in range(entries))
+    inline = {f"term{i} word": f"Begriff{i} Wort" for i in range(entries)}
+    notes = []
+    started = time.monotonic()
+    with Probe(url) as probe:
+        began = time.perf_counter()
+        async with client.post("/v2/glossaries", json={
+                "name": "large", "source_lang": "en", "target_lang": "de",
+                "entries": tsv, "entries_format": "tsv"}) as response:
+            created = await response.json(content_type=None)
+            tally.record(response.status, time.perf_counter() - began)
+        notes.append(f"created {response.status} in {time.perf_counter() - began:.1f} s")
+        glossary_id = created.get("glossary_id")
+        until = time.monotonic() + seconds
+
+        async def by_id() -> None:
+            while time.monotonic() < until:
+                await post(client, tally, {"text": random.choice(texts) + " term7 word.",
+                                           "target_lang": "de", "glossary_id": glossary_id})
+
+        async def by_value() -> None:
+            while time.monotonic() < until:
+                await post(client, tally, {"text": random.choice(texts), "target_lang": "de",
+                                           "glossary": inline})
+
+        await asyncio.gather(by_id(), by_id(), by_value())
+    tally.seconds = time.monotonic() - started
+    tally.note = f"{'; '.join(notes)}; {probe.summary()}"
+    return tally
+
+
 def start_server(args: argparse.Namespace, extra: dict[str, str] | None = None) -> Server:
     command = [str(Path(__file__).resolve()), "--serve-with-faults"] if args.faults else None
     env = dict(item.split("=", 1) for item in args.env)
@@ -768,6 +939,16 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
     if phase == "conncap":
         assert own is not None
         return await conncap(own.url, texts, args.seconds, 48, args.client_timeout)
+    if phase == "documents":
+        return await documents(client, url, texts, sentences, args.documents,
+                               args.document_chars, args.document_timeout)
+    if phase == "hostile":
+        assert own is not None
+        timeout = aiohttp.ClientTimeout(total=args.client_timeout)
+        async with aiohttp.ClientSession(own.url, timeout=timeout) as own_client:
+            return await hostile(own_client, own.url, own, args.document_limit)
+    if phase == "glossary":
+        return await glossary(client, url, texts, args.seconds)
     assert server is not None
     return await sigterm(client, texts, server)
 
@@ -801,6 +982,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--item-clients", type=int, default=1,
                         help="clients in the untranslatables phase")
     parser.add_argument("--client-timeout", type=float, default=60)
+    parser.add_argument("--documents", type=int, default=20,
+                        help="documents uploaded at once in the documents phase")
+    parser.add_argument("--document-chars", type=int, default=20_000,
+                        help="characters of each document in the documents phase")
+    parser.add_argument("--document-timeout", type=float, default=900,
+                        help="the longest the documents phase waits for its documents")
+    parser.add_argument("--document-limit", type=int,
+                        default=int(os.environ.get("MAX_DOCUMENT_CHARS", 500_000)),
+                        help="MAX_DOCUMENT_CHARS of the server (the hostile files' size)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the servers this script starts (e.g. MAX_QUEUE=256)")
     parser.add_argument("--serve-with-faults", action="store_true", help=argparse.SUPPRESS)

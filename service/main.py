@@ -36,6 +36,7 @@ from service.connections import (
     close_listeners,
     fit_open_file_limit,
 )
+from service.documents.parsers import close_all as close_parsers
 from service.errors import CancelledRequestMiddleware, ErrorShapes, install_error_handlers
 from service.install_on_start import install_missing
 from service.loading import EngineFactory, default_engine
@@ -104,6 +105,7 @@ def create_app(
             if draining is not None and not await draining:
                 log.warning("shutdown grace period over; unfinished requests got 503")
             await state.documents.close()  # documents still translating end as errors
+            await asyncio.to_thread(close_parsers)  # the workers that parse them
             await state.usage.close()  # the counts not yet shared
             if state.store is not None:
                 await state.store.close()

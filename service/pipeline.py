@@ -15,6 +15,7 @@ the same situation gets the same decision in every API, and only the words diffe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -203,21 +204,27 @@ def check_key(state: ServiceState, http: Request, key: str) -> None:
 async def keyed_body(state: ServiceState, http: Request, parse: Callable[[bytes], T],
                      key: str | None, key_in_body: Callable[[T], str],
                      off_loop: bool = False,
-                     key_first: Callable[[bytes], str] | None = None) -> tuple[T, str]:
+                     key_first: Callable[[bytes], str] | None = None,
+                     turn: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None
+                     = None) -> tuple[T, str]:
     """The body read and parsed, and the API key checked: before the body is read when the
     API carries the key in a header (``key``), else as ``key_in_body`` finds it in what
     ``parse`` made of the body. Returns what ``parse`` made and the key. A large body, or any
     when ``off_loop`` (an uploaded document, which unpacks to far more than it weighs), is
     parsed in a thread, so that the event loop keeps answering others meanwhile.
     ``key_first`` reads the key from the body before ``parse`` does its work (an upload's form
-    field): a file is then never unpacked for a wrong key."""
+    field): a file is then never unpacked for a wrong key. ``turn`` is waited for before
+    ``parse`` runs (an upload's: ``DocumentJobs.checking``)."""
     if key is not None:
         check_key(state, http, key)
     body = await read_body(http, state.settings)
     if key is None and key_first is not None:
         key = await asyncio.to_thread(key_first, body) if off_loop else key_first(body)
         check_key(state, http, key)
-    if off_loop or len(body) > LARGE_BODY:
+    if turn is not None:
+        async with turn():
+            parsed = await asyncio.to_thread(parse, body)
+    elif off_loop or len(body) > LARGE_BODY:
         parsed = await asyncio.to_thread(parse, body)
     else:
         parsed = parse(body)
@@ -422,7 +429,8 @@ async def _checklist(state: ServiceState, http: Request, parse: Callable[[bytes]
         shed_when_full(state)
     # An upload unpacks to far more than it weighs: parsed off the event loop.
     request, key = await keyed_body(state, http, parse, key, lambda parsed: parsed.key,
-                                    off_loop=document, key_first=key_first)
+                                    off_loop=document, key_first=key_first,
+                                    turn=state.documents.checking if document else None)
     if not document:  # a document's limits are checked as it is read (MAX_DOCUMENT_CHARS)
         check_texts(request.texts, request.single, settings)
     check_options(request.options, settings)

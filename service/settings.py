@@ -250,6 +250,20 @@ class Settings(BaseSettings):
         "clients together (else 429 with `Retry-After`): each holds its text and its "
         "translation in memory.",
     )
+    document_workers: int = Field(
+        2, ge=1,
+        description="Worker processes that parse documents (an upload's check, a job's "
+        "reading and writing), and documents translated at once (the others wait, `queued`, "
+        "holding only their upload): a parse never holds the event loop, and its memory is "
+        "its worker's (docs/documents.md, \"Memory\"). Two keep the batch full.",
+    )
+    document_worker_mb: int = Field(
+        1024, ge=256,
+        description="Address space of each document worker process (its `RLIMIT_AS`): a "
+        "file whose parsing needs more is refused with 413 and the worker replaced. The "
+        "worst file the default limits let through takes about 230 MiB above the worker's "
+        "own 29 MiB (docs/documents.md, \"Memory\").",
+    )
     document_ttl_s: float = Field(
         3600.0, gt=0,
         description="A translated document not downloaded within this long is deleted; a "

@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from service.bundle import Bundle
 from service.detect import LanguageDetector
 from service.documents import DocumentJobs
+from service.documents.parsers import parsers
 from service.engine import Engine
 from service.glossary import GlossaryStore, SharedGlossaryStore
 from service.keys import Keys, key_book
@@ -58,8 +59,10 @@ class ServiceState:
                                           settings.chars_per_minute), self.store)
         self.failed_keys = FailedKeys(settings.failed_keys_per_minute)
         self.usage = Usage(self.store)
-        self.documents = DocumentJobs(settings.max_documents, settings.document_ttl_s,
-                                      self.store, settings.document_lease_s)
+        self.documents = DocumentJobs(
+            settings.max_documents, settings.document_ttl_s,
+            parsers(settings.document_workers, settings.document_worker_mb), self.store,
+            settings.document_lease_s)
 
     async def open_keys(self) -> None:
         """The managed keys' table opened (DATA_DIR's file, or the shared store) and read."""

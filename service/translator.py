@@ -213,8 +213,9 @@ class Translator:
         MAX_REQUEST_SENTENCES each, at most as many at once as fill MAX_QUEUE, so that a
         caller of ``translate_batch`` is never refused for a full queue by its own texts.
         ``background`` work (a document) goes in requests of ``BACKGROUND_SENTENCES``,
-        ``BACKGROUND_REQUESTS`` at a time: enough to keep the batch full, never a backlog
-        that every other request would queue behind.
+        ``BACKGROUND_REQUESTS`` at a time, each queued behind the interactive requests in
+        room of its own (the scheduler's background queue): enough to keep the batch full
+        when nothing else waits, and never in an interactive request's way.
 
         This is work already accepted, so nothing about its size or the traffic beside it
         fails it: a plain text of more sentences than one request holds is cut between
@@ -247,7 +248,8 @@ class Translator:
             async with gate:
                 while True:
                     try:
-                        return await self.translate(chunk, pair, options, deadline=deadline)
+                        return await self.translate(chunk, pair, options, deadline=deadline,
+                                                    background=background)
                     except QueueFull as full:
                         wait = min(full.retry_after, QUEUE_FULL_WAIT_S)
                         if deadline is not None and loop.time() + wait >= deadline:
@@ -261,31 +263,35 @@ class Translator:
 
     async def translate(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
                         *, deadline: float | None = None, request_id: str = "",
-                        ) -> list[TextResult]:
+                        background: bool = False) -> list[TextResult]:
         """One result per text, in order. ``deadline`` is in the event loop's clock (None:
         none). Raises ``InvalidOption`` and the scheduler's ``SchedulerError``s (a refusal
         before any work is done, or a failure). HTML (``format="html"``) keeps its markup:
         its text segments are translated as texts and the document rebuilt around them
         (``service.markup``). A pair in ``pivots`` is translated in two legs, markup and
         untranslatables kept through both; its scores and alternatives are the second leg's,
-        and each leg's sentences are cached under that leg's own pair."""
+        and each leg's sentences are cached under that leg's own pair. ``background`` work (a
+        document's) waits behind interactive requests (``Scheduler.admitted``)."""
         via = self.pivots.get(pair)
         if via is not None:
             first = dataclasses.replace(options, num_alternatives=0, return_scores=False,
                                         return_sentences=False)
             middle = await self.translate(texts, (pair[0], via), first, deadline=deadline,
-                                          request_id=request_id)
+                                          request_id=request_id, background=background)
             return await self.translate([r.text for r in middle], (via, pair[1]), options,
-                                        deadline=deadline, request_id=request_id)
+                                        deadline=deadline, request_id=request_id,
+                                        background=background)
         if options.format == "html":
-            return await self._translate_html(texts, pair, options, deadline, request_id)
+            return await self._translate_html(texts, pair, options, deadline, request_id,
+                                              background)
         # The model is loaded first if need be, and stays loaded until the last pass.
         async with self.residency.using(pair) as engine:
-            return await self._translate_on(engine, texts, pair, options, deadline, request_id)
+            return await self._translate_on(engine, texts, pair, options, deadline, request_id,
+                                            background)
 
     async def _translate_on(self, engine: Engine, texts: Sequence[str], pair: Pair,
                             options: TranslateOptions, deadline: float | None, request_id: str,
-                            ) -> list[TextResult]:
+                            background: bool = False) -> list[TextResult]:
         decoding = self.resolve(engine, options)
         if pair not in self.models:
             self.models[pair] = model_fingerprint(engine.bundle.manifest, engine.variant)
@@ -298,7 +304,8 @@ class Translator:
             sentences = sum(len(split_sentences(text).pieces) for text in set(texts))
         # Held until the last pass: the glossary's and the number check's decodes belong to a
         # request already accepted, and are neither refused for a full queue nor cut by a drain.
-        with self.scheduler.admitted(pair_label(pair), sentences, request_id) as admitted:
+        with self.scheduler.admitted(pair_label(pair), sentences, request_id,
+                                     background) as admitted:
             protect_items = self.settings.protect_untranslatables
             prepared = await _off_loop(sum(map(len, texts)) > _INLINE_CHARS, lambda: prepare_texts(
                 texts, engine, pair[1], protect_items))
@@ -322,7 +329,8 @@ class Translator:
         ]
 
     async def _translate_html(self, texts: Sequence[str], pair: Pair, options: TranslateOptions,
-                              deadline: float | None, request_id: str) -> list[TextResult]:
+                              deadline: float | None, request_id: str, background: bool = False,
+                              ) -> list[TextResult]:
         # Parsing and rebuilding a large document takes the event loop for a second or more
         # (50,000 characters: 1.2 s), stalling every other request and the health probes.
         large = sum(map(len, texts)) > _INLINE_CHARS
@@ -339,10 +347,12 @@ class Translator:
         # A document's segments go in requests within the scheduler's limits, as
         # ``translate_many`` sends texts (an HTML file may hold thousands of sentences).
         if sum(map(estimate_sentences, segments)) > self.scheduler.max_request_sentences:
-            done = await self.translate_many(segments, pair, plain, deadline=deadline)
+            done = await self.translate_many(segments, pair, plain, deadline=deadline,
+                                             background=background)
         else:
             done = await self.translate(segments, pair, plain, deadline=deadline,
-                                        request_id=request_id) if segments else []
+                                        request_id=request_id,
+                                        background=background) if segments else []
         translated = iter(done)
         chosen = [[next(translated).text for _ in document.segments] for document in documents]
         rendered = await _off_loop(large, lambda: [document.render(translations) for document,

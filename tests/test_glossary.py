@@ -455,3 +455,36 @@ def test_an_unusable_data_dir_is_a_503_naming_it(tmp_path: Path) -> None:
             await check(client)
 
     asyncio.run(main())
+
+
+def test_stored_dictionaries_are_read_back_as_written_in_either_layout(tmp_path: Path) -> None:
+    """A stored glossary's JSON is written an entry a line and read back a thousand lines
+    at a time (a thread doing it hands the GIL on); it is JSON all the same, and a row
+    written as one JSON line is read too."""
+    import json
+
+    from service.glossary import _dump, _load
+
+    awkward = {f'term {n}, "quoted" \\ back,slash ,\\n': f"Ziel {n} ü ✓ \u2028"
+               for n in range(2500)}
+    dictionaries = {("en", "de"): awkward, ("en", "fr"): {"a": "b"}, ("de", "en"): {}}
+    dumped = _dump(dictionaries)
+    assert dumped.count("\n") >= len(awkward)  # an entry a line
+    assert _load(dumped) == dictionaries
+    assert {(d["source_lang"], d["target_lang"]): d["entries"]
+            for d in json.loads(dumped)} == dictionaries
+    one_line = json.dumps([{"source_lang": s, "target_lang": t, "entries": e}
+                           for (s, t), e in dictionaries.items()], ensure_ascii=False)
+    assert _load(one_line) == dictionaries
+
+    async def through_the_store() -> None:
+        store = GlossaryStore(tmp_path / "glossaries.sqlite3")
+        made = await store.create("awkward", dictionaries)
+        got = await store.get(made.glossary_id)
+        assert got == made
+        assert got is not None
+        got.dictionaries.pop(("en", "fr"))  # a caller's change is its own
+        assert await store.get(made.glossary_id) == made
+        await store.close()
+
+    asyncio.run(through_the_store())

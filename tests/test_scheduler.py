@@ -262,6 +262,91 @@ def test_a_small_request_does_not_queue_behind_a_large_one() -> None:
     scheduler.stop()
 
 
+async def _background(scheduler: Scheduler, sources: list[list[int]]) -> list[Translation]:
+    """``sources`` as one background request (a document's), as the Translator sends it."""
+    with scheduler.admitted("en-de", len(sources), background=True) as admitted:
+        return await admitted.translate(sources, DecodeOptions())
+
+
+def test_interactive_sentences_go_before_waiting_background_ones() -> None:
+    # Two requests of the same size, the document's first: taking turns, it would finish
+    # first; behind the interactive one, it finishes last.
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_batch_rows=8)
+    finished: list[str] = []
+
+    async def main() -> None:
+        async def background() -> None:
+            sources = [engine.tokenize(words(6, f"d{i}_")) for i in range(40)]
+            assert len(await _background(scheduler, sources)) == 40
+            finished.append("background")
+
+        async def interactive() -> None:
+            await asyncio.sleep(0.01)  # the document's sentences already wait
+            sources = [engine.tokenize(words(6, f"i{i}_")) for i in range(40)]
+            assert len(await scheduler.translate("en-de", sources, DecodeOptions())) == 40
+            finished.append("interactive")
+
+        await asyncio.gather(background(), interactive())
+
+    asyncio.run(main())
+    assert finished == ["interactive", "background"]
+    assert scheduler.queue_depth == scheduler.background_depth == 0
+    scheduler.stop()
+
+
+def test_background_work_progresses_under_constant_interactive_load() -> None:
+    # Interactive clients keep more sentences waiting than the batch holds, all along; the
+    # document's sentences still get their share of the batch and it completes meanwhile.
+    engine = FakeEngine(step_s=0.002)
+    scheduler = make_scheduler(engine, max_batch_rows=8)
+    done = asyncio.Event
+
+    async def main() -> tuple[int, bool]:
+        finished = done()
+        answered = 0
+
+        async def client(index: int) -> None:
+            nonlocal answered
+            stop = time.monotonic() + 30
+            while not finished.is_set() and time.monotonic() < stop:
+                sources = [engine.tokenize(words(6, f"c{index}_{k}_")) for k in range(4)]
+                await scheduler.translate("en-de", sources, DecodeOptions())
+                answered += 1
+
+        async def document() -> bool:
+            await asyncio.sleep(0.05)  # the clients fill the queue first
+            sources = [engine.tokenize(words(6, f"d{i}_")) for i in range(24)]
+            complete = len(await _background(scheduler, sources)) == 24
+            busy = scheduler.queue_depth > 0  # the clients' sentences still waited
+            finished.set()
+            return complete and busy
+
+        results = await asyncio.gather(document(), *(client(i) for i in range(16)))
+        return answered, bool(results[0])
+
+    answered, completed_under_load = asyncio.run(main())
+    assert completed_under_load
+    assert answered > 0
+    scheduler.stop()
+
+
+def test_background_requests_have_queue_room_of_their_own() -> None:
+    engine = FakeEngine()
+    scheduler = make_scheduler(engine, max_queue=10)
+    document = scheduler.admit("en-de", 10, background=True)
+    with pytest.raises(QueueFull):  # the documents' room is full ...
+        scheduler.admit("en-de", 1, background=True)
+    scheduler.check_room()  # ... and an interactive request still finds its own
+    interactive = scheduler.admit("en-de", 10)
+    with pytest.raises(QueueFull):
+        scheduler.check_room()
+    scheduler.release(interactive)
+    scheduler.release(document)
+    scheduler.admit("en-de", 10, background=True)
+    scheduler.stop()
+
+
 def test_batching_off_runs_one_sentence_at_a_time() -> None:
     engine = FakeEngine()
     scheduler = make_scheduler(engine, batching=False)

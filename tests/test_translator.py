@@ -166,11 +166,19 @@ def test_a_text_larger_than_one_request_is_cut_between_sentences(tmp_path: Path,
 
 
 def test_accepted_work_waits_for_a_full_queue_instead_of_failing(tmp_path: Path) -> None:
-    """A document's requests that meet a queue full of others' work wait their turn."""
+    """A document's requests that meet a queue full of other documents' work wait their
+    turn (interactive requests' room is not theirs: filling it holds no document)."""
     with fake_translator(tmp_path, max_request_sentences=4, max_queue=8) as translator:
 
         async def main() -> tuple[bool, list[str]]:
-            others = [translator.scheduler.admit("en-de", 4) for _ in range(2)]  # all of it
+            interactive = [translator.scheduler.admit("en-de", 4) for _ in range(2)]
+            texts = [result.text for result in await translator.translate_many(
+                ["a b."], ("en", "de"), TranslateOptions(), background=True)]
+            assert texts == ["A B."]
+            for admission in interactive:
+                translator.scheduler.release(admission)
+            others = [translator.scheduler.admit("en-de", 4, background=True)
+                      for _ in range(2)]  # all of the documents' room
             work = asyncio.ensure_future(translator.translate_many(
                 [f"t{i} u. v{i} w." for i in range(6)], ("en", "de"), TranslateOptions(),
                 background=True))

@@ -11,3 +11,7 @@ class DocumentError(ValueError):
         self.field = field
         self.status = status
 
+    def __reduce__(self) -> tuple[type[DocumentError], tuple[str, str, int]]:
+        # Raised in a worker process (service.documents.parsers), it crosses back whole.
+        return type(self), (str(self), self.field, self.status)
+

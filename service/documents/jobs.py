@@ -1,14 +1,18 @@
 """Document jobs: each upload translated in the background through the same Translator (and
 so the same continuous batching) as everyone's texts, and kept until downloaded.
 
-Jobs (``DocumentJobs``) run in the process that accepted them, at most MAX_DOCUMENTS at
-once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded. Each has a
-``document_key``, a secret its uploader must show to see its status or download it (DeepL's
-scheme), and an owner, the API key that uploaded it (everyone's, "", when the service asks for
-no keys): another key showing the right ``document_key`` is told there is no such document. A
-job uploaded through LibreTranslate's ``/translate_file`` is ``linked``: its download URL, which
-LibreTranslate's clients fetch without a key, holds its ``document_key`` and works once
-(``DocumentJobs.linked``); no other job can be fetched that way.
+Jobs (``DocumentJobs``) run in the process that accepted them, at most MAX_DOCUMENTS
+accepted at once, each kept DOCUMENT_TTL_S after it finished, and deleted once downloaded.
+At most DOCUMENT_WORKERS are translated at once, their files read and written in worker
+processes (``service.documents.parsers``), and as many uploads checked (``checking``); the
+others wait their turn, "queued", holding only their bytes (docs/documents.md, "Memory").
+Each has a ``document_key``, a secret its uploader must show to see its status or download
+it (DeepL's scheme), and an owner, the API key that uploaded it (everyone's, "", when the
+service asks for no keys): another key showing the right ``document_key`` is told there is
+no such document. A job uploaded through LibreTranslate's ``/translate_file`` is ``linked``:
+its download URL, which LibreTranslate's clients fetch without a key, holds its
+``document_key`` and works once (``DocumentJobs.linked``); no other job can be fetched that
+way.
 
 With a shared state store (STATE_URL) each job's record (its key's and its owner's digests,
 status, file name) is written there before its id is answered and again when it ends, with the
@@ -27,11 +31,12 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from service.documents.formats import FORMATS
+from service.documents.parsers import Parsers, read_texts, rewritten
 from service.shared_state import PREFIX, StateStore, StoreDown, digest, stored_owner
 from service.translator import Pair, TextResult
 
@@ -93,14 +98,30 @@ Translate = Callable[[list[str]], Awaitable[list[TextResult]]]
 class DocumentJobs:
     """The documents being translated or waiting for their download."""
 
-    def __init__(self, max_jobs: int, ttl_s: float, store: StateStore | None = None,
-                 lease_s: float = 30.0) -> None:
+    def __init__(self, max_jobs: int, ttl_s: float, parsers: Parsers,
+                 store: StateStore | None = None, lease_s: float = 30.0) -> None:
         self.max_jobs = max_jobs
         self.ttl_s = ttl_s
+        self.parsers = parsers
         self.store = store
         self.lease_s = lease_s
+        self.workers = parsers.workers
         self._jobs: dict[str, DocumentJob] = {}
         self._publishing: set[asyncio.Task[None]] = set()
+        # Made on first use, on the loop that uses them.
+        self._running: asyncio.Semaphore | None = None
+        self._checking: asyncio.Semaphore | None = None
+
+    @contextlib.asynccontextmanager
+    async def checking(self) -> AsyncIterator[None]:
+        """A turn to check an upload (unpack, count, parse it for its words): at most
+        ``workers`` at once, as many as there are worker processes; each check waits for its
+        worker in a thread of the event loop's default pool, and uploads arriving together
+        would otherwise hold the threads that texts need."""
+        if self._checking is None:
+            self._checking = asyncio.Semaphore(self.workers)
+        async with self._checking:
+            yield
 
     def expire(self) -> None:
         now = time.monotonic()
@@ -133,6 +154,21 @@ class DocumentJobs:
         return job
 
     async def _run(self, job: DocumentJob, text: str | bytes, translate: Translate) -> None:
+        if self._running is None:
+            self._running = asyncio.Semaphore(self.workers)
+        try:
+            async with self._running:  # its texts and translations are held from here on
+                await self._translate(job, text, translate)
+        except asyncio.CancelledError:
+            job.status, job.error = ERROR, "The service stopped before the translation ended."
+            raise
+        finally:
+            job.finished = time.monotonic()
+            if self.store is not None:
+                self._publish_later(job, at_once=True)
+
+    async def _translate(self, job: DocumentJob, text: str | bytes,
+                         translate: Translate) -> None:
         job.status = TRANSLATING
         try:
             document_format = FORMATS[job.kind]
@@ -141,25 +177,19 @@ class DocumentJobs:
             layout = TextLayout.of(text) if isinstance(text, str) else None
             if layout is not None:
                 text = layout.plain(text)
-            # Off the event loop: a large office file takes a good part of a second.
-            document, texts = await asyncio.to_thread(document_format.read, text)
+            # In a worker process (``parsers``): the file read for its texts, and read again
+            # to write their translations in; its tree never lives in this process.
+            texts = await self.parsers.run_async(read_texts, job.kind, text)
             results = await translate(texts) if texts else []
-            translated = await asyncio.to_thread(
-                document_format.write, document, [result.text for result in results])
+            translated = await self.parsers.run_async(
+                rewritten, job.kind, text, [result.text for result in results])
             # Office files and EPUB are written as bytes, the text formats as text.
             job.result = (translated if isinstance(translated, bytes)
                           else layout.restored(translated) if layout is not None
                           else translated.encode("utf-8"))
             job.status = DONE
-        except asyncio.CancelledError:
-            job.status, job.error = ERROR, "The service stopped before the translation ended."
-            raise
         except Exception as exc:  # any failure is the job's answer, not the process's
             job.status, job.error = ERROR, f"Translation failed: {exc}"
-        finally:
-            job.finished = time.monotonic()
-            if self.store is not None:
-                self._publish_later(job, at_once=True)
 
     @staticmethod
     def _name(document_id: str) -> str:

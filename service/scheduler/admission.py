@@ -38,6 +38,7 @@ class Admission:
     room: int
     open: bool = True
     submitted: bool = False
+    background: bool = False  # a document's: room of its own, behind interactive requests
 
 
 Submit = Callable[..., Awaitable[list["Translation"]]]
@@ -75,9 +76,11 @@ class Admitted:
 class AdmissionControl(SchedulerState):
     """Queue room held for admitted requests, and the refusals when there is none."""
 
-    def admit(self, pair: str, sentences: int) -> Admission:
+    def admit(self, pair: str, sentences: int, background: bool = False) -> Admission:
         """Hold queue room for ``sentences`` (an estimate from the raw text) before the text is
         split and tokenised; ``translate(admission=...)`` uses it, ``release`` gives it back.
+        A ``background`` request's room is counted apart from the interactive ones', each up
+        to ``max_queue``.
 
         Raises RequestTooLarge, QueueFull, ShuttingDown or SchedulerFailed.
         """
@@ -85,31 +88,42 @@ class AdmissionControl(SchedulerState):
             self._check_open()
             if sentences > self._max_request:
                 raise RequestTooLarge(sentences, self._max_request)
-            if self._waiting + self._held + sentences > self._max_queue:
-                raise QueueFull(self._retry_after())
-            self._held += sentences
+            if self._used(background) + sentences > self._max_queue:
+                raise QueueFull(self._retry_after(background))
+            self._hold(background, sentences)
             self._open += 1
-        return Admission(pair, sentences)
+        return Admission(pair, sentences, background=background)
+
+    def _used(self, background: bool) -> int:
+        """Queue room taken (waiting and held) by background requests, or interactive ones."""
+        if background:
+            return self._background_waiting + self._background_held
+        return (self._waiting - self._background_waiting) + (self._held - self._background_held)
+
+    def _hold(self, background: bool, sentences: int) -> None:
+        self._held += sentences
+        if background:
+            self._background_held += sentences
 
     def check_room(self) -> None:
-        """QueueFull when not one more sentence fits: a request is then refused before its
-        body is read, parsed and split, the cheapest refusal there is."""
+        """QueueFull when not one more interactive sentence fits: a request is then refused
+        before its body is read, parsed and split, the cheapest refusal there is."""
         with self._lock:
-            if self._waiting + self._held >= self._max_queue:
+            if self._used(False) >= self._max_queue:
                 raise QueueFull(self._retry_after())
 
     def release_room(self, admission: Admission) -> None:
         """Give back what is left of an admission's room (nothing once ``translate`` ran);
         the request stays accepted."""
         with self._lock:
-            self._held -= admission.room
+            self._hold(admission.background, -admission.room)
             admission.room = 0
 
     def release(self, admission: Admission) -> None:
         """The request is done: give back what is left of its room and its standing as
         accepted. Twice is harmless."""
         with self._lock:
-            self._held -= admission.room
+            self._hold(admission.background, -admission.room)
             admission.room = 0
             if admission.open:
                 admission.open = False
@@ -125,8 +139,11 @@ class AdmissionControl(SchedulerState):
         if self._stopping if accepted else not self._accepting:
             raise ShuttingDown()
 
-    def _retry_after(self) -> int:
+    def _retry_after(self, background: bool = False) -> int:
         rate = self._throughput.rate
         if rate <= 0:
             return 1
-        return max(1, min(60, math.ceil(self._waiting / rate)))
+        # An interactive request waits behind interactive sentences alone.
+        waiting = (self._background_waiting if background
+                   else self._waiting - self._background_waiting)
+        return max(1, min(60, math.ceil(waiting / rate)))

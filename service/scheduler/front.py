@@ -51,6 +51,7 @@ class Scheduler(Supervision):
             self._pair_metrics.update(metrics)
             for pair in engines:
                 self._queues.setdefault(pair, OrderedDict())
+                self._background.setdefault(pair, OrderedDict())
             for worker, lane in lanes:
                 # A worker replaced meanwhile (supervision) gets the lanes too.
                 self._workers[worker.index].add_lane(lane)
@@ -59,7 +60,8 @@ class Scheduler(Supervision):
         """Pairs unloaded: their lanes and queues dropped, once nothing of theirs waits, runs
         or is being cancelled; False (and nothing dropped) while something does."""
         with self._lock:
-            busy = any(self._queues.get(pair) for pair in pairs) or any(
+            busy = any(self._queues.get(pair) or self._background.get(pair)
+                       for pair in pairs) or any(
                 lane.running for worker in self._workers for pair in pairs
                 if (lane := worker.lanes.get(pair)) is not None) or any(
                 request.pair in pairs for worker in self._workers for request in worker.cancelled)
@@ -67,6 +69,7 @@ class Scheduler(Supervision):
                 return False
             for pair in pairs:
                 self._queues.pop(pair, None)
+                self._background.pop(pair, None)
                 self._pair_metrics.pop(pair, None)
                 self._canary.pop(pair, None)
                 self._quarantine.pop(pair, None)
@@ -93,7 +96,13 @@ class Scheduler(Supervision):
 
     @property
     def queue_depth(self) -> int:
-        return self._waiting
+        """Interactive sentences waiting (those ``max_queue`` bounds)."""
+        return self._waiting - self._background_waiting
+
+    @property
+    def background_depth(self) -> int:
+        """Background requests' sentences waiting (``admitted(background=True)``)."""
+        return self._background_waiting
 
     @property
     def failed(self) -> bool:
@@ -106,11 +115,13 @@ class Scheduler(Supervision):
         return self._accepting and not self._failed
 
     @contextlib.contextmanager
-    def admitted(self, pair: str, sentences: int, request_id: str = "-") -> Iterator[Admitted]:
+    def admitted(self, pair: str, sentences: int, request_id: str = "-",
+                 background: bool = False) -> Iterator[Admitted]:
         """A request admitted for ``sentences`` (an estimate from the raw text, as ``admit``)
         and held so until the block ends, its last pass done: each pass is one
-        ``Admitted.translate``. Raises what ``admit`` raises."""
-        admission = self.admit(pair, sentences)
+        ``Admitted.translate``. A ``background`` request (a document's) waits behind the
+        interactive ones, in room of its own (``queue``). Raises what ``admit`` raises."""
+        admission = self.admit(pair, sentences, background)
         try:
             yield Admitted(admission, request_id, self.translate, self.release_room)
         finally:
@@ -153,6 +164,7 @@ class Scheduler(Supervision):
             results=[None] * len(sources),
             remaining=len(sources),
             id=request_id,
+            background=admission is not None and admission.background,
         )
         self._submit(request, admission)
         try:

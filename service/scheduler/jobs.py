@@ -24,6 +24,7 @@ class Request:
     id: str = "-"
     jobs: list[Job] = field(default_factory=list)
     cancelled: bool = False  # deadline passed, client gone, or failed: drop its sentences
+    background: bool = False  # a document's: waits behind interactive requests (``queue``)
 
 
 @dataclass(eq=False)  # hashed by identity: a job is its own key in the engine's batch

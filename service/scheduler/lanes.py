@@ -26,6 +26,7 @@ class Lane:
         self.running: set[Job] = set()  # in the batch, retrying, or in the solo batch
         self.tokens = 0
         self.rows = 0
+        self.background_rows = 0  # the rows of background requests' sentences (``queue``)
         # After a failed step: its sentences, each to be decoded alone in ``solo``.
         self.retrying: deque[Job] = deque()
         self.solo: Any = None
@@ -40,6 +41,8 @@ class Lane:
             self.running.discard(job)
             self.tokens -= job.cost
             self.rows -= job.rows
+            if job.request.background:
+                self.background_rows -= job.rows
 
 
 class Worker:

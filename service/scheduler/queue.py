@@ -7,17 +7,28 @@ admitted under the budget can never outgrow it while it decodes: nothing has to 
 and the batch's memory stays bounded. A sentence is always taken into an empty batch, so an
 oversize one runs alone rather than never. Workers share the queue and balance it: a worker
 leaves the next sentence to another worker whose batch has fewer rows and room for it.
+
+Background requests (documents') wait in a queue of their own, behind the interactive ones:
+a batch takes interactive sentences first, and background sentences with the room left. So
+that documents still progress under any interactive load, background sentences take the
+first turns up to ``BACKGROUND_SHARE`` of the batch's rows; beyond it they take only what
+interactive sentences leave.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 from service.scheduler.admission import Admission, AdmissionControl
 from service.scheduler.errors import QueueFull, RequestTooLarge, TranslationFailed
 from service.scheduler.jobs import Job, Request, reserved_tokens
 from service.scheduler.lanes import Lane, Worker
+
+# The part of a batch's rows background sentences take before interactive ones, whenever both
+# wait: documents progress at about this share of the throughput however busy the interactive
+# traffic, and an interactive sentence waits behind at most this many background ones.
+BACKGROUND_SHARE = 1 / 8
 
 
 class FairQueue(AdmissionControl):
@@ -25,14 +36,15 @@ class FairQueue(AdmissionControl):
     are queued (``_submit``) under the room their admission holds."""
 
     def _submit(self, request: Request, admission: Admission | None) -> None:
-        queue = self._queues[request.pair]
+        queue = self._queue_of(request)
+        background = request.background
         now = time.monotonic()
         with self._lock:
             held = 0
             later = admission is not None and admission.open and admission.submitted
             if admission is not None:
                 held, admission.room = admission.room, 0
-                self._held -= held
+                self._hold(background, -held)
                 admission.submitted = True
             self._check_open(accepted=later)
             quarantined = self._quarantine.get(request.pair)
@@ -47,14 +59,15 @@ class FairQueue(AdmissionControl):
             if not later and count > self._max_request:
                 raise RequestTooLarge(count, self._max_request)
             if (not later and count > held
-                    and self._waiting + self._held + count > self._max_queue):
-                raise QueueFull(self._retry_after())
+                    and self._used(background) + count > self._max_queue):
+                raise QueueFull(self._retry_after(background))
             beam = getattr(request.options, "beam_size", 1)
             for index, source in enumerate(request.sources):
                 job = Job(request, index, reserved_tokens(len(source), request.options), beam, now)
                 request.jobs.append(job)
             queue[request] = deque(request.jobs)
             self._waiting += count
+            self._background_waiting += count if background else 0
             self._work.notify_all()
         self._set_queue_gauge()
 
@@ -63,7 +76,10 @@ class FairQueue(AdmissionControl):
             if request.cancelled:
                 return
             request.cancelled = True
-            self._waiting -= len(self._queues.get(request.pair, {}).pop(request, ()))
+            queues = self._background if request.background else self._queues
+            dropped = len(queues.get(request.pair, {}).pop(request, ()))
+            self._waiting -= dropped
+            self._background_waiting -= dropped if request.background else 0
             for worker in self._workers:  # whichever runs its rows drops them
                 worker.cancelled.append(request)
             self._work.notify_all()
@@ -84,7 +100,6 @@ class FairQueue(AdmissionControl):
         where serving it from one replica took 37-45 (beam 2, int8, one client, sequential,
         the servers interleaved on the shared 2-core machine).
         """
-        queue = self._queues[lane.pair]
         # Workers to leave a sentence to: fewer rows, or as many and a lower number; none
         # still proving itself or waiting out a fault of its engine (it takes no work).
         others = [
@@ -93,7 +108,22 @@ class FairQueue(AdmissionControl):
             if w is not worker and w.proven and not w.step_backoff_s
         ]
         admitted: list[Job] = []
-        while queue:
+        interactive, background = self._queues[lane.pair], self._background[lane.pair]
+        share = max(1, round(BACKGROUND_SHARE * self._max_rows))
+        if background and lane.background_rows < share:  # documents' turn, up to their share
+            self._take(worker, lane, background, others, admitted, share)
+        self._take(worker, lane, interactive, others, admitted)
+        if not interactive:  # what interactive sentences leave
+            self._take(worker, lane, background, others, admitted)
+        return admitted
+
+    def _take(self, worker: Worker, lane: Lane, queue: OrderedDict[Request, deque[Job]],
+              others: list[tuple[Lane, bool]], admitted: list[Job],
+              background_rows: int | None = None) -> None:
+        """``_admit``'s turns over one queue, interactive or background: sentences move into
+        ``lane`` while they fit (and, with ``background_rows``, until the lane's background
+        sentences hold that many rows)."""
+        while queue and (background_rows is None or lane.background_rows < background_rows):
             request, jobs = next(iter(queue.items()))
             job = jobs[0]
             if not self._fits(lane, job):
@@ -116,8 +146,10 @@ class FairQueue(AdmissionControl):
             lane.running.add(job)
             lane.tokens += job.cost
             lane.rows += job.rows
+            if request.background:
+                self._background_waiting -= 1
+                lane.background_rows += job.rows
             admitted.append(job)
-        return admitted
 
     def _fits(self, lane: Lane, job: Job) -> bool:
         # An empty batch takes any sentence, so an oversize one runs alone rather than never.

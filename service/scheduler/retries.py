@@ -177,7 +177,6 @@ class Retries(Workers):
         """Put sentences being retried back at the front of the queue, each at the front of
         its request's turn, in their order: they are innocent as far as anyone can tell, and
         join a batch again (this worker's, or a healthy replica's) as new ones do."""
-        queue = self._queues[lane.pair]
         with self._lock:
             for job in reversed(list(jobs)):
                 lane.release(job)
@@ -186,6 +185,8 @@ class Retries(Workers):
                 if request.cancelled:
                     self._count(lane, "dropped")
                     continue
+                queue = self._queue_of(request)
+                self._background_waiting += request.background
                 waiting = queue.get(request)
                 if waiting is None:
                     queue[request] = waiting = deque()

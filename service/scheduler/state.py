@@ -63,6 +63,12 @@ class SchedulerState:
         self._queues: dict[str, OrderedDict[Request, deque[Job]]] = {
             pair: OrderedDict() for pair in engines
         }
+        # Background requests' (documents') sentences wait apart, likewise, behind these
+        # (``queue``), with queue room of their own: they never take an interactive
+        # request's room.
+        self._background: dict[str, OrderedDict[Request, deque[Job]]] = {
+            pair: OrderedDict() for pair in engines
+        }
         self._max_tokens = max_batch_tokens
         self._max_rows = max_batch_rows
         self._max_queue = max_queue
@@ -72,8 +78,10 @@ class SchedulerState:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # workers wait here for sentences
         self._idle_cond = threading.Condition(self._lock)  # drain() waits here
-        self._waiting = 0
+        self._waiting = 0  # sentences waiting, background ones included
         self._held = 0  # queue room held by admissions not yet turned into sentences
+        self._background_waiting = 0  # of ``_waiting``, background requests'
+        self._background_held = 0  # of ``_held``, background requests'
         self._open = 0  # admitted requests not yet released: draining waits for them
         self._accepting = True
         self._stopping = False
@@ -94,6 +102,9 @@ class SchedulerState:
     def in_flight(self) -> int:
         """Sentences in running batches."""
         return sum(worker.running for worker in self._workers)
+
+    def _queue_of(self, request: Request) -> OrderedDict[Request, deque[Job]]:
+        return (self._background if request.background else self._queues)[request.pair]
 
     def _idle(self) -> bool:
         cancelling = any(worker.cancelled for worker in self._workers)

@@ -110,10 +110,10 @@ class Supervision(Retries):
             self._stopping = True
             failed = self._failed
             leftovers = {job.request for lane in worker.lanes.values() for job in lane.running}
-            for queue in self._queues.values():
+            for queue in (*self._queues.values(), *self._background.values()):
                 leftovers |= set(queue)
                 queue.clear()
-            self._waiting = 0
+            self._waiting = self._background_waiting = 0
             self._work.notify_all()
             self._idle_cond.notify_all()
         for request in leftovers:

@@ -77,6 +77,8 @@ async def small_latencies(client: httpx.AsyncClient, texts: list[str],
 async def measure(url: str, paragraphs: list[str], probes: list[str]) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await texts_seconds(client, paragraphs[:64])  # warm
+        # and the document path: its first upload starts the document worker processes
+        await document_seconds(client, "\n\n".join(paragraphs[:8]))
         idle = await small_latencies(client, probes)
         texts = asyncio.create_task(texts_seconds(client, paragraphs))
         await asyncio.sleep(0.2)

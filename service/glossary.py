@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import ahocorasick
 import regex
@@ -45,6 +45,7 @@ from service.shared_state import PREFIX, StateStore, digest, stored_owner
 if TYPE_CHECKING:
     import redis.asyncio
 
+K, V = TypeVar("K"), TypeVar("V")
 FORMATS = ("tsv", "csv")
 SCHEMA_VERSION = 2  # the glossaries table's layout (PRAGMA user_version)
 MAX_TERM_CHARS = 1024  # the longest source or target term, stored or given inline
@@ -388,14 +389,34 @@ def _load(text: str) -> dict[Pair, dict[str, str]]:
     return dictionaries
 
 
+class _Recent(Generic[K, V]):
+    """At most ``size`` values by key, the least recently used dropped first. Not locked:
+    its owner holds its own lock around each call."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._values.get(key)
+        if value is not None:
+            self._values.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._values[key] = value
+        self._values.move_to_end(key)
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+
+
 class _Loaded:
     """Dictionaries read from stored JSON, by the JSON's digest, the least recently used
     dropped: a glossary used by every request is read from its row once per content, not
     once a request (100,000 entries: 0.3 s of CPU)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
-        self._done: OrderedDict[bytes, dict[Pair, dict[str, str]]] = OrderedDict()
+        self._done: _Recent[bytes, dict[Pair, dict[str, str]]] = _Recent(size)
         self._lock = threading.Lock()
 
     def get(self, text: str) -> dict[Pair, dict[str, str]]:
@@ -403,15 +424,11 @@ class _Loaded:
         key = hashlib.blake2b(text.encode(), digest_size=16).digest()
         with self._lock:
             found = self._done.get(key)
-            if found is not None:
-                self._done.move_to_end(key)
-                return dict(found)  # the dictionaries' mapping is the caller's to change
-        loaded = _load(text)
-        with self._lock:
-            self._done[key] = loaded
-            while len(self._done) > self.size:
-                self._done.popitem(last=False)
-        return dict(loaded)
+        if found is None:
+            found = _load(text)
+            with self._lock:
+                self._done.put(key, found)
+        return dict(found)  # the dictionaries' mapping is the caller's to change
 
 
 _loaded = _Loaded(8)  # as many as compiled glossaries are kept (_CACHED_TERMS)
@@ -557,8 +574,7 @@ class _CompiledTerms:
     same glossary (stored or inline) while it compiles wait for that one compilation."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
-        self._done: OrderedDict[bytes, Terms] = OrderedDict()
+        self._done: _Recent[bytes, Terms] = _Recent(size)
         self._running: dict[bytes, concurrent.futures.Future[Terms]] = {}
         self._lock = threading.Lock()
 
@@ -567,9 +583,9 @@ class _CompiledTerms:
             return self._compile(_content_key(entries), entries)
         key = await asyncio.to_thread(_content_key, entries)
         with self._lock:
-            if key in self._done:
-                self._done.move_to_end(key)
-                return self._done[key]
+            done = self._done.get(key)
+            if done is not None:
+                return done
             running = self._running.get(key)
             if running is None:
                 running = self._running[key] = concurrent.futures.Future()
@@ -593,14 +609,12 @@ class _CompiledTerms:
 
     def _compile(self, key: bytes, entries: Mapping[str, str]) -> Terms:
         with self._lock:
-            if key in self._done:
-                self._done.move_to_end(key)
-                return self._done[key]
+            done = self._done.get(key)
+        if done is not None:
+            return done
         terms = Terms(entries)
         with self._lock:
-            self._done[key] = terms
-            while len(self._done) > self.size:
-                self._done.popitem(last=False)
+            self._done.put(key, terms)
         return terms
 
 

@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.memory import rss_mib  # noqa: E402
+
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while",
          "seven", "wizards", "quietly", "box", "jackdaws", "near", "the", "old", "harbour",
          "and", "every", "ledger", "stays", "open"]
@@ -318,22 +320,24 @@ def xliff_largest(chars: int) -> bytes:
             f"<body>{units}</body></file></xliff>").encode()
 
 
-def srt_largest(chars: int) -> bytes:
-    text, cues = prose(chars - 40_000), []
+def _cues(chars: int, header: str, cue: Callable[[int, str, str], str]) -> bytes:
+    """Subtitles of 90-character cues three seconds apart, ``cue(number, stamp, text)`` each."""
+    text, cues = prose(chars - 40_000), [header]
     for number, at in enumerate(range(0, len(text) - 100, 90), 1):
         seconds = number * 3
         stamp = f"{seconds // 3600:02}:{seconds // 60 % 60:02}:{seconds % 60:02}"
-        cues.append(f"{number}\n{stamp},000 --> {stamp},900\n{text[at:at + 90]}\n\n")
+        cues.append(cue(number, stamp, text[at:at + 90]))
     return "".join(cues).encode()
+
+
+def srt_largest(chars: int) -> bytes:
+    return _cues(chars, "", lambda number, stamp, text:
+                 f"{number}\n{stamp},000 --> {stamp},900\n{text}\n\n")
 
 
 def vtt_largest(chars: int) -> bytes:
-    text, cues = prose(chars - 40_000), ["WEBVTT\n\n"]
-    for number, at in enumerate(range(0, len(text) - 100, 90), 1):
-        seconds = number * 3
-        stamp = f"{seconds // 3600:02}:{seconds // 60 % 60:02}:{seconds % 60:02}"
-        cues.append(f"{stamp}.000 --> {stamp}.900\n{text[at:at + 90]}\n\n")
-    return "".join(cues).encode()
+    return _cues(chars, "WEBVTT\n\n", lambda _, stamp, text:
+                 f"{stamp}.000 --> {stamp}.900\n{text}\n\n")
 
 
 def srt_one_cue(chars: int) -> bytes:
@@ -392,25 +396,16 @@ def multipart(filename: str, data: bytes) -> tuple[bytes, str]:
     return body, f"multipart/form-data; boundary={boundary}"
 
 
-def _status() -> dict[str, float]:
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields
-
-
 def _stage(work: Callable[[], object]) -> tuple[float, float, object]:
     """(MiB the stage's peak added, seconds, what ``work`` returned or raised)."""
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM back to VmRSS
-    before = _status()["VmRSS"]
+    before = rss_mib()[0]
     started = time.perf_counter()
     try:
         outcome: object = work()
     except Exception as exc:  # a refusal is an outcome
         outcome = exc
-    return _status()["VmHWM"] - before, time.perf_counter() - started, outcome
+    return rss_mib()[1] - before, time.perf_counter() - started, outcome
 
 
 def measure(stage: str, filename: str, data: bytes, chars: int, texts: list[str] | None,

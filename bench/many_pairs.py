@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from bench.lazy_load import pair_bundles
+from bench.memory import rss_mib
 from service.allocator import fix_mmap_threshold, numpy_hugepages
 from service.bundle import load_bundle
 from service.metrics import Metrics
@@ -40,15 +41,6 @@ SENTENCES = [
     "Please send me the documents by email.",
     "Can you recommend a good restaurant near the hotel?",
 ]
-
-
-def status_mib(field: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of this process, MiB."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def total(metrics: Metrics, name: str) -> float:
@@ -77,7 +69,7 @@ async def run(translator: Translator, metrics: Metrics, pairs: list[tuple[str, s
             resident.append(metrics.registry.get_sample_value("translate_models_resident") or 0)
             counted.append(metrics.registry.get_sample_value(
                 "translate_models_resident_megabytes") or 0)
-            rss.append(status_mib("VmRSS"))
+            rss.append(rss_mib()[0])
             await asyncio.sleep(0.5)
 
     started = time.perf_counter()
@@ -100,7 +92,7 @@ async def run(translator: Translator, metrics: Metrics, pairs: list[tuple[str, s
           f"{max(resident):.0f}; counted against the budget: mean {statistics.mean(counted):.0f}"
           f", max {max(counted):.0f} MiB")
     print(f"resident memory: {statistics.median(rss):.0f} MiB median, peak (VmHWM) "
-          f"{status_mib('VmHWM'):.0f} MiB")
+          f"{rss_mib()[1]:.0f} MiB")
 
 
 def main() -> None:
@@ -122,7 +114,7 @@ def main() -> None:
         print(f"{len(pairs)} pairs of {args.model_dir.name} ({megabytes:.1f} MiB of graphs "
               f"each), MODEL_MEMORY_MB={settings.model_memory_mb:.0f} ({args.budget:g} + 0.5 "
               f"models at {ESTIMATE_FACTOR}x their graphs), {args.clients} clients, threads "
-              f"{args.threads}, one worker; resident memory before: {status_mib('VmRSS'):.0f} "
+              f"{args.threads}, one worker; resident memory before: {rss_mib()[0]:.0f} "
               "MiB")
         fix_mmap_threshold(settings.malloc_mmap_threshold_kb)  # as the service sets them
         numpy_hugepages(settings.numpy_hugepages)

@@ -13,9 +13,10 @@ stage inherits another's heap) take it through what the service does with an upl
 2. **worker: job**: what a worker runs for a job: the format's reader for the texts, then the
    file read again and written with each text given back unchanged (``read_texts``,
    ``rewritten``);
-3. **server**: what the server itself does with the texts: each parsed and rendered as the
-   Translator does a text sent as markup (the decoding's own memory is the scheduler's, the
-   same for sentences of any origin).
+3. **server**: what the server itself holds of a document: the texts the worker hands it
+   (a markup format's already cut into segments), received as the pool's pipe delivers them
+   (unpickled); the decoding's own memory is the scheduler's, the same for sentences of any
+   origin.
 
 It prints, per case, the upload's size, the outcome of the check (accepted, or the status
 and the start of the refusal), and the peak resident memory each stage added to its process
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing
+import pickle
 import sys
 import time
 import zipfile
@@ -409,10 +411,9 @@ def _stage(work: Callable[[], object]) -> tuple[float, float, object]:
 
 
 def measure(stage: str, filename: str, data: bytes, chars: int, texts: list[str] | None,
-            results) -> None:
+            handed: bytes, results) -> None:
     """One stage of one case, in a process of its own (so that the pages a stage freed are
     not counted again for the next), capped as a document worker is."""
-    from service import markup
     from service.documents import document_format
     from service.documents.parsers import _cap_memory, read_texts, rewritten, upload_words
     from service.settings import Settings
@@ -440,13 +441,7 @@ def measure(stage: str, filename: str, data: bytes, chars: int, texts: list[str]
                       else f"{outcome[0]} texts"))  # type: ignore[index]
         return
 
-    def parsed() -> object:  # the server's share: texts sent as markup, parsed and rendered
-        for text in texts or []:
-            document = markup.parse(text, attributes=kind.attributes, inline=kind.inline_tags)
-            document.render(document.segments)
-        return None
-
-    done = _stage(parsed if kind.markup else lambda: None)
+    done = _stage(lambda: pickle.loads(handed))  # the server's share: the texts received
     results.send((*done[:2], ""))
 
 
@@ -470,7 +465,8 @@ def main(argv: list[str] | None = None) -> None:
         for stage in ("check", "job", "server"):
             receive, send = context.Pipe(duplex=False)
             child = context.Process(target=measure,
-                                    args=(stage, filename, data, args.chars, texts, send))
+                                    args=(stage, filename, data, args.chars, texts,
+                                          pickle.dumps(texts), send))
             child.start()
             figures[stage] = receive.recv()
             child.join()

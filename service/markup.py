@@ -720,3 +720,25 @@ def _merge(parts: list[str | _Segment]) -> list[str | _Segment]:
         elif part != "":
             merged.append(part)
     return merged
+
+
+_SPACE = re.compile(r"\s+")  # whitespace inside an element reads as one space
+
+
+def segments_of(documents: Sequence[Document]) -> list[str]:
+    """The segments of ``documents``, in order, as they go to the Translator: whitespace
+    inside an element is one space in HTML, so neither a line break nor an indented line's
+    tabs and spaces end a sentence or set off a column there."""
+    return [_SPACE.sub(" ", segment) for document in documents
+            for segment in document.segments]
+
+
+def render_all(documents: Sequence[Document], translations: Sequence[str]) -> list[str]:
+    """Each of ``documents`` rendered with its share of ``translations`` (``segments_of``'s
+    order)."""
+    given = iter(translations)
+    rendered = [document.render([next(given) for _ in document.segments])
+                for document in documents]
+    if next(given, None) is not None:
+        raise ValueError("more translations than segments")
+    return rendered

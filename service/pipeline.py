@@ -552,7 +552,7 @@ async def start_document(state: ServiceState, http: Request,
         return await state.documents.start(
             owner_of(state, checked.key), filename, kind, media_type, pair,
             request.document_data if request.document_data is not None else text,
-            (lambda texts: untranslated(texts, options)) if checked.same_language else
+            None if checked.same_language else
             (lambda texts: translator.translate_many(texts, pair, options, background=True)),
             len(text), linked=linked)
 

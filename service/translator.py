@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import re
 import threading
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from pathlib import Path
@@ -56,7 +55,6 @@ __all__ = ["PIVOT", "InvalidOption", "Pair", "SentenceResult", "TextResult", "Tr
 
 T = TypeVar("T")
 _INLINE_CHARS = 2000  # below this, segmenting on the event loop beats a thread hop
-_HTML_SPACE = re.compile(r"\s+")  # whitespace inside an HTML element reads as one space
 WARMUP_SENTENCE = "Hello world."
 PIVOT = "en"  # the language two bundles meet in, for a pair no bundle serves
 # A document's sentences in flight: requests of this many, this many requests at once.
@@ -338,10 +336,7 @@ class Translator:
             markup.parse(text, attributes=options.attributes, ignore=options.ignore_tags,
                          inline=options.inline_tags)
             for text in texts])
-        # Whitespace inside an element is one space in HTML: neither a line break nor an
-        # indented line's tabs and spaces end a sentence or set off a column there.
-        segments = [_HTML_SPACE.sub(" ", segment) for document in documents
-                    for segment in document.segments]
+        segments = markup.segments_of(documents)
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
                                     return_scores=False, return_sentences=False)
         # A document's segments go in requests within the scheduler's limits, as
@@ -353,11 +348,8 @@ class Translator:
             done = await self.translate(segments, pair, plain, deadline=deadline,
                                         request_id=request_id,
                                         background=background) if segments else []
-        translated = iter(done)
-        chosen = [[next(translated).text for _ in document.segments] for document in documents]
-        rendered = await _off_loop(large, lambda: [document.render(translations) for document,
-                                                   translations in zip(documents, chosen,
-                                                                       strict=True)])
+        rendered = await _off_loop(large, lambda: markup.render_all(
+            documents, [result.text for result in done]))
         return [TextResult(text) for text in rendered]
 
     def _decoder(self, pair: Pair, admitted: Admitted, deadline: float | None) -> Decode:

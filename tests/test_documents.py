@@ -1079,3 +1079,15 @@ def test_an_indented_html_paragraph_is_one_text(server: ServerProcess) -> None:
     out = translated_file(server, "page.html", "<p>\n\t\tThe first line\n\t\tcontinues "
                                                "here.\n\t</p>")
     assert out == "<p>\n\t\tTHE FIRST LINE CONTINUES HERE.\n\t</p>"
+
+
+def test_a_document_already_in_the_target_language_comes_back_as_it_was(
+        server: ServerProcess) -> None:
+    # Left to detection, a page written in the target language is not translated: it comes
+    # back byte for byte, its whitespace and line ends too (as a text does through /translate).
+    page = ("<p>\n\t\tDas ist ein ganz normaler deutscher Satz über das Wetter  und den "
+            "Garten,\r\n\t\tder im Sommer blüht.\n\t</p>\r\n")
+    assert translated_file(server, "seite.html", page) == page
+    english = "<p>\n\t\tThis is an ordinary English sentence about the garden.\n\t</p>"
+    assert translated_file(server, "page.html", english) == (
+        "<p>\n\t\tTHIS IS AN ORDINARY ENGLISH SENTENCE ABOUT THE GARDEN.\n\t</p>")

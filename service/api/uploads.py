@@ -50,10 +50,9 @@ def document_request(body: bytes, content_type: str, settings: Settings, *, api:
     given = fields.get(source, "").strip()
     from_language = language(given) if given and given.lower() != "auto" else None
     glossary_id = fields.get(glossary) if glossary else None
-    options = TranslateOptions(format="html" if file_format.markup else "text",
-                               inline_tags=file_format.inline_tags,
-                               attributes=file_format.attributes)
-    return PipelineRequest([text], options, source=from_language,
+    # Plain text: a markup format's markup is cut off in the worker processes that read the
+    # file (``parsers.read_texts``), and its segments go to the Translator as texts.
+    return PipelineRequest([text], TranslateOptions(), source=from_language,
                            target=language(fields[target]), detect=from_language is None,
                            key=fields.get(key, "").strip() if key else "",
                            glossary_id=glossary_id or None,

@@ -64,7 +64,7 @@ class DocumentFormat:
     write: Callable[[Any, list[str]], str | bytes]  # (document, translations) -> the file
     # For a zipped format, read as bytes: its words (for limits and detection), else None.
     words: Callable[[bytes], str] | None = None
-    markup: bool = False  # texts go to the Translator as markup (format "html")
+    markup: bool = False  # texts are markup, cut into segments (service.markup) when read
     inline_tags: tuple[str, ...] = ()  # elements besides HTML's that sit inside a sentence
     attributes: tuple[str, ...] = ()  # attributes a reader sees, translated too
     apis: frozenset[str] = APIS

@@ -134,10 +134,11 @@ class DocumentJobs:
         return len(self._jobs) >= self.max_jobs
 
     async def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
-                    text: str | bytes, translate: Translate, characters: int,
+                    text: str | bytes, translate: Translate | None, characters: int,
                     linked: bool = False) -> DocumentJob:
         """A job of ``owner``'s for ``text`` (the file's bytes for a binary format),
-        translated by ``translate`` (texts in, results out) in the background; with a shared
+        translated by ``translate`` (plain texts in, results out) in the background, or, when
+        None (a file already in the target language), given back as it came; with a shared
         store, its record is there before this returns (or, while the store is down, as soon
         as it answers again). ``linked``: downloadable by its URL alone (``linked``)."""
         job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
@@ -153,7 +154,8 @@ class DocumentJobs:
         job.task = asyncio.get_running_loop().create_task(self._run(job, text, translate))
         return job
 
-    async def _run(self, job: DocumentJob, text: str | bytes, translate: Translate) -> None:
+    async def _run(self, job: DocumentJob, text: str | bytes,
+                   translate: Translate | None) -> None:
         if self._running is None:
             self._running = asyncio.Semaphore(self.workers)
         try:
@@ -168,8 +170,11 @@ class DocumentJobs:
                 self._publish_later(job, at_once=True)
 
     async def _translate(self, job: DocumentJob, text: str | bytes,
-                         translate: Translate) -> None:
+                         translate: Translate | None) -> None:
         job.status = TRANSLATING
+        if translate is None:
+            job.result, job.status = (text if isinstance(text, bytes) else text.encode()), DONE
+            return
         try:
             document_format = FORMATS[job.kind]
             if isinstance(text, bytes) and not document_format.binary:
@@ -177,8 +182,9 @@ class DocumentJobs:
             layout = TextLayout.of(text) if isinstance(text, str) else None
             if layout is not None:
                 text = layout.plain(text)
-            # In a worker process (``parsers``): the file read for its texts, and read again
-            # to write their translations in; its tree never lives in this process.
+            # In a worker process (``parsers``): the file read for its texts (a markup
+            # format's cut into segments), and read again to write their translations in; its
+            # tree and markup never live in this process.
             texts = await self.parsers.run_async(read_texts, job.kind, text)
             results = await translate(texts) if texts else []
             translated = await self.parsers.run_async(

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from service import markup
 from service.documents.archives import check_zip
 from service.documents.errors import DocumentError
 from service.documents.formats import FORMATS
@@ -73,15 +74,36 @@ def upload_words(kind: str, data: bytes, max_chars: int, what: str) -> str:
     return text
 
 
+def _markup(kind: str, texts: list[str]) -> list[markup.Document] | None:
+    """A markup format's texts cut into their markup and segments (``service.markup``), as
+    the format's registry entry says (its inline elements, its attributes a reader sees);
+    None for a format whose texts are plain."""
+    entry = FORMATS[kind]
+    if not entry.markup:
+        return None
+    return [markup.parse(text, attributes=entry.attributes, inline=entry.inline_tags)
+            for text in texts]
+
+
 def read_texts(kind: str, source: str | bytes) -> list[str]:
-    """The texts a job translates: the format's reader's."""
-    return FORMATS[kind].read(source)[1]
+    """What a job sends to the Translator, as plain text: the format's reader's texts, or, for
+    a markup format, their segments (``service.markup.segments_of``). The markup is cut here,
+    in the worker, since a page or book of the largest size allowed takes seconds of Python
+    holding the GIL to parse and render (docs/documents.md, "Memory")."""
+    texts = FORMATS[kind].read(source)[1]
+    documents = _markup(kind, texts)
+    return texts if documents is None else markup.segments_of(documents)
 
 
 def rewritten(kind: str, source: str | bytes, translations: list[str]) -> str | bytes:
-    """The file read again and written with ``translations`` in place of its texts."""
+    """The file read again and written with ``translations`` (of ``read_texts``'s texts) in
+    place of its texts."""
     entry = FORMATS[kind]
-    return entry.write(entry.read(source)[0], translations)
+    document, texts = entry.read(source)
+    documents = _markup(kind, texts)
+    if documents is not None:
+        translations = markup.render_all(documents, translations)
+    return entry.write(document, translations)
 
 
 def _in_worker(work: Callable[..., T], *args: Any) -> T:

@@ -549,9 +549,18 @@ async def start_document(state: ServiceState, http: Request,
         assert request.document is not None  # parse names the file
         filename, media_type, kind = request.document
         text = request.texts[0]
+        data = request.document_data if request.document_data is not None else text
+        budget = state.settings.document_memory_mb
+        if len(data) > budget * 2**20:
+            raise PipelineError("document_too_large", f"The file has {len(data)} bytes; the "
+                                f"documents accepted may hold at most {budget} MiB "
+                                "(DOCUMENT_MEMORY_MB).", "file")
+        if not state.documents.room_for(len(data)):
+            raise PipelineError("queue_full", f"The documents being translated or waiting "
+                                f"for their download hold {budget} MiB or would with this "
+                                "one (DOCUMENT_MEMORY_MB); retry later.", retry_after=10)
         return await state.documents.start(
-            owner_of(state, checked.key), filename, kind, media_type, pair,
-            request.document_data if request.document_data is not None else text,
+            owner_of(state, checked.key), filename, kind, media_type, pair, data,
             None if checked.same_language else
             (lambda texts: translator.translate_many(texts, pair, options, background=True)),
             len(text), linked=linked)

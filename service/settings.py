@@ -250,6 +250,13 @@ class Settings(BaseSettings):
         "clients together (else 429 with `Retry-After`): each holds its text and its "
         "translation in memory.",
     )
+    document_memory_mb: int = Field(
+        256, ge=1,
+        description="The uploads and translated files of the documents accepted (being "
+        "translated or waiting for their download) held in memory at once, all clients "
+        "together, in MiB: an upload past it gets 429 with `Retry-After`, one larger than all "
+        "of it 413 (docs/documents.md, \"Memory\").",
+    )
     document_workers: int = Field(
         2, ge=1,
         description="Worker processes that parse documents (an upload's check, a job's "

@@ -62,7 +62,7 @@ class ServiceState:
         self.documents = DocumentJobs(
             settings.max_documents, settings.document_ttl_s,
             parsers(settings.document_workers, settings.document_worker_mb), self.store,
-            settings.document_lease_s)
+            settings.document_lease_s, max_bytes=settings.document_memory_mb * 2**20)
 
     async def open_keys(self) -> None:
         """The managed keys' table opened (DATA_DIR's file, or the shared store) and read."""

@@ -271,3 +271,29 @@ def _command(process: Path) -> bytes:
         return (process / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_the_documents_accepted_hold_at_most_their_memory_budget(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # DOCUMENT_MEMORY_MB bounds the uploads and translated files held at once: past it an
+    # upload is refused before its 202, with Retry-After, while a smaller one still fits, and
+    # one larger than the whole budget is refused as too large. Decoder steps of 50 ms keep
+    # the first document translating (its upload held) throughout.
+    root = tmp_path_factory.mktemp("budget")
+    env = {"DATA_DIR": str(root / "data"), "DOCUMENT_MEMORY_MB": "1",
+           "MAX_DOCUMENT_CHARS": "2000000", "MAX_LOOP_LAG_S": "30"}
+    with fake_server(root, env=env, step_s=0.05) as served:
+        def upload(name: str, size: int) -> httpx.Response:
+            text = long_paragraph(size // 35 + 1, size)[:size]
+            return httpx.post(served.url + "/translate/document", data={"target_lang": "de"},
+                              files={"file": (name, text.encode())}, timeout=60)
+
+        assert upload("first.txt", 700_000).status_code == 202
+        refused = upload("second.txt", 700_000)
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["Retry-After"] and "DOCUMENT_MEMORY_MB" in refused.text
+        assert upload("small.txt", 200_000).status_code == 202
+        too_large = upload("huge.txt", 1_200_000)
+        assert too_large.status_code == 413, too_large.text
+        assert too_large.json()["error"]["field"] == "file"
+        assert "DOCUMENT_MEMORY_MB" in too_large.json()["error"]["message"]

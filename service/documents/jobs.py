@@ -87,6 +87,7 @@ class DocumentJob:
     linked: bool = False  # downloadable by its URL alone (LibreTranslate's translatedFileUrl)
     local: bool = True  # run by this process (else read from the shared store)
     published: bool = False  # its record written to the shared store
+    held: int = 0  # bytes this process holds for it: its upload, then its translated file
 
     def seconds_remaining(self) -> int | None:
         return 0 if self.status == DONE else None
@@ -99,8 +100,10 @@ class DocumentJobs:
     """The documents being translated or waiting for their download."""
 
     def __init__(self, max_jobs: int, ttl_s: float, parsers: Parsers,
-                 store: StateStore | None = None, lease_s: float = 30.0) -> None:
+                 store: StateStore | None = None, lease_s: float = 30.0,
+                 max_bytes: int | None = None) -> None:
         self.max_jobs = max_jobs
+        self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self.parsers = parsers
         self.store = store
@@ -133,6 +136,16 @@ class DocumentJobs:
         self.expire()
         return len(self._jobs) >= self.max_jobs
 
+    def held(self) -> int:
+        """The bytes the jobs of this process hold: uploads waiting or being translated,
+        translated files waiting for their download."""
+        self.expire()
+        return sum(job.held for job in self._jobs.values())
+
+    def room_for(self, size: int) -> bool:
+        """Whether an upload of ``size`` bytes may be accepted within ``max_bytes``."""
+        return self.max_bytes is None or self.held() + size <= self.max_bytes
+
     async def start(self, owner: str, filename: str, kind: str, media_type: str, pair: Pair,
                     text: str | bytes, translate: Translate | None, characters: int,
                     linked: bool = False) -> DocumentJob:
@@ -143,7 +156,7 @@ class DocumentJobs:
         as it answers again). ``linked``: downloadable by its URL alone (``linked``)."""
         job = DocumentJob(str(uuid.uuid4()).replace("-", "").upper(),
                           secrets.token_hex(32).upper(), owner, filename, kind, media_type,
-                          pair, characters, linked=linked)
+                          pair, characters, linked=linked, held=len(text))
         self._jobs[job.document_id] = job
         if self.store is not None:
             try:
@@ -166,6 +179,7 @@ class DocumentJobs:
             raise
         finally:
             job.finished = time.monotonic()
+            job.held = len(job.result or b"")
             if self.store is not None:
                 self._publish_later(job, at_once=True)
 

@@ -259,6 +259,21 @@ def test_the_document_workers_end_with_a_server_killed_outright(tmp_path_factory
     assert not [w for w in workers if Path(f"/proc/{w}").exists()]
 
 
+def test_a_server_stopped_after_documents_ends_its_workers_cleanly(tmp_path_factory) -> None:
+    """SIGTERM: the workers end with the server, and nothing of theirs is reported leaked
+    (a pool left to the interpreter's exit had its semaphores reported by the resource
+    tracker, a warning in every operator's log)."""
+    import signal
+
+    root = tmp_path_factory.mktemp("stopped")
+    with fake_server(root, env={"DATA_DIR": str(root / "data")}, step_s=0.001) as served:
+        answer = httpx.post(served.url + "/translate/document", data={"target_lang": "de"},
+                            files={"file": ("a.txt", b"Start the workers.")})
+        assert answer.status_code == 202, answer.text
+        assert served.stop() in (0, -signal.SIGTERM), "".join(served.log)
+    assert not [line for line in served.log if "leaked" in line or "Traceback" in line]
+
+
 def _parent(process: Path) -> int:
     try:
         return int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])

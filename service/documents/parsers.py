@@ -162,12 +162,15 @@ class Parsers:
             raise self._broken(pool) from None
 
     def close(self) -> None:
-        """The workers told to stop; not waited for: a stopping server must not wait out a
-        parse, and a worker whose server is gone ends by itself (``_start_worker``)."""
+        """The workers stopped: terminated, since a stopping server must not wait out a
+        parse, then the pool shut down and waited for, which frees its queues' semaphores
+        (left to the interpreter's exit, the resource tracker warns of them as leaked)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 _shared: dict[tuple[int, int], Parsers] = {}

@@ -32,7 +32,7 @@ import threading
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,10 +92,13 @@ def parse_entries(text: str, entries_format: str = "tsv", max_entries: int = 0,
     the csv module reads them; further columns, DeepL's optional language codes, ignored)."""
     if entries_format not in FORMATS:
         raise GlossaryError(f"Unsupported entries_format '{entries_format}': tsv or csv.")
+    # Rows as they are read, never a list of them all: 100,000 lists alive at once bring on
+    # a full garbage-collector pass, which holds the GIL (the event loop's too) meanwhile.
+    rows: Iterable[list[str]]
     if entries_format == "tsv":
-        rows = [line.split("\t") for line in text.splitlines() if line.strip()]
+        rows = (line.split("\t") for line in text.splitlines() if line.strip())
     else:
-        rows = [row for row in csv.reader(io.StringIO(text)) if any(f.strip() for f in row)]
+        rows = (row for row in csv.reader(io.StringIO(text)) if any(f.strip() for f in row))
     entries: dict[str, str] = {}
     for number, row in enumerate(rows, start=1):
         if len(row) < 2 or (entries_format == "tsv" and len(row) != 2):

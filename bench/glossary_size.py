@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.load import free_port  # noqa: E402
 from bench.placeholders import cpu_model, head_commit  # noqa: E402
+from service import glossary as glossary_module  # noqa: E402
 from service.api.native import _parse  # noqa: E402
 from service.api.schemas import TranslateRequest  # noqa: E402
 from service.glossary import SharedGlossaryStore, compiled  # noqa: E402
@@ -105,11 +106,19 @@ def stored_in_redis(entries: dict[str, str]) -> None:
             glossaries.create("large", {("en", "de"): entries}))
         print(f"Redis: created in {seconds * 1000:.0f} ms, longest event-loop stall "
               f"{stall * 1000:.0f} ms")
-        for use in range(1, 4):
+
+        async def use(label: str) -> None:
             before = await sent()
             seconds, stall, _ = await watching_the_loop(glossaries.get(made.glossary_id))
-            print(f"Redis: use {use} in {seconds * 1000:.0f} ms, longest event-loop stall "
+            print(f"Redis: {label} in {seconds * 1000:.0f} ms, longest event-loop stall "
                   f"{stall * 1000:.0f} ms, {(await sent() - before) / 1e3:.0f} kB from Redis")
+
+        for number in (1, 2):
+            await use(f"use {number} on the replica that created it")
+        # Another replica: a process that has parsed no glossary yet.
+        glossary_module._loaded = glossary_module._Loaded(8)
+        for number in (1, 2):
+            await use(f"use {number} on another replica")
         await store.close()
 
     try:

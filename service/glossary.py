@@ -25,13 +25,14 @@ import concurrent.futures
 import csv
 import hashlib
 import io
+import itertools
 import json
 import sqlite3
 import threading
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,10 +92,13 @@ def parse_entries(text: str, entries_format: str = "tsv", max_entries: int = 0,
     the csv module reads them; further columns, DeepL's optional language codes, ignored)."""
     if entries_format not in FORMATS:
         raise GlossaryError(f"Unsupported entries_format '{entries_format}': tsv or csv.")
+    # Rows as they are read, never a list of them all: 100,000 lists alive at once bring on
+    # a full garbage-collector pass, which holds the GIL (the event loop's too) meanwhile.
+    rows: Iterable[list[str]]
     if entries_format == "tsv":
-        rows = [line.split("\t") for line in text.splitlines() if line.strip()]
+        rows = (line.split("\t") for line in text.splitlines() if line.strip())
     else:
-        rows = [row for row in csv.reader(io.StringIO(text)) if any(f.strip() for f in row)]
+        rows = (row for row in csv.reader(io.StringIO(text)) if any(f.strip() for f in row))
     entries: dict[str, str] = {}
     for number, row in enumerate(rows, start=1):
         if len(row) < 2 or (entries_format == "tsv" and len(row) != 2):
@@ -189,6 +193,7 @@ class GlossaryStore:
                 self._db.execute("INSERT INTO glossaries VALUES (?, ?, ?, ?, ?)", (
                     glossary.glossary_id, stored_owner(owner), name, glossary.creation_time,
                     dumped))
+            _loaded.put(_content_digest(dumped), glossary.dictionaries)
 
         await asyncio.to_thread(insert)
         return glossary
@@ -203,6 +208,7 @@ class GlossaryStore:
                     "UPDATE glossaries SET name = ?, dictionaries = ? WHERE glossary_id = ? "
                     "AND owner = ?", (glossary.name, dumped, glossary.glossary_id,
                                       stored_owner(glossary.owner)))
+            _loaded.put(_content_digest(dumped), glossary.dictionaries)
 
         await asyncio.to_thread(update)
         return glossary
@@ -249,7 +255,18 @@ class GlossaryStore:
 class SharedGlossaryStore:
     """Glossaries in the shared state store (``service.shared_state``), each a JSON value,
     with a set of ids per owner; what ``GlossaryStore`` does, for every replica. A store
-    that does not answer raises StoreDown (the APIs answer 503)."""
+    that does not answer raises StoreDown (the APIs answer 503).
+
+    A value (``_record``) starts with a head: the digest of its entries' JSON, the id, the
+    name, the creation time and the owner; the entries follow, as ``_dump`` writes them. A
+    use reads the head alone (``_HEAD_BYTES``) and takes the entries this process holds by
+    that digest (``_loaded``); only where it holds none does it read the whole value and
+    parse them, so that a replica reads a 100,000-entry glossary (4 MB) once per content
+    rather than on every request. A change writes the value again, with its new content's
+    digest. The value is still the JSON object that versions without the head write and
+    read (they skip the digest), so replicas of either read each other's glossaries while
+    an upgrade rolls out; a value such a version wrote is read whole and written again in
+    this layout."""
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -267,7 +284,7 @@ class SharedGlossaryStore:
         glossary = Glossary(str(uuid.uuid4()), name, dict(dictionaries),
                             datetime.now(UTC).isoformat(timespec="milliseconds")
                             .replace("+00:00", "Z"), owner)
-        value = _record(glossary)
+        value, content = await asyncio.to_thread(_record, glossary)
 
         async def write(r: redis.asyncio.Redis) -> None:
             async with r.pipeline(transaction=True) as pipe:
@@ -276,30 +293,46 @@ class SharedGlossaryStore:
                 await pipe.execute()
 
         await self.store.run(write)
+        _loaded.put(content, glossary.dictionaries)
         return glossary
 
     async def save(self, glossary: Glossary) -> Glossary:
         if await self.get(glossary.glossary_id, glossary.owner) is not None:
-            await self.store.run(lambda r: r.set(self._name(glossary.glossary_id),
-                                                 _record(glossary), xx=True))
+            value, content = await asyncio.to_thread(_record, glossary)
+            await self.store.run(lambda r: r.set(self._name(glossary.glossary_id), value,
+                                                 xx=True))
+            _loaded.put(content, glossary.dictionaries)
         return glossary
 
     async def get(self, glossary_id: str, owner: str = "") -> Glossary | None:
-        value = await self.store.run(lambda r: r.get(self._name(glossary_id)))
-        record = None if value is None else await asyncio.to_thread(json.loads, value)
-        glossary = None if record is None else _from_record(record, owner)
-        if glossary is not None and record["owner"] == owner != "":
-            # Written before owners were stored hashed: write it again without the key.
-            await self.store.run(lambda r: r.set(self._name(glossary_id), _record(glossary),
-                                                 xx=True))
+        name = self._name(glossary_id)
+        start = await self.store.command("GETRANGE", name, 0, _HEAD_BYTES - 1)
+        if not start:
+            return None
+        head = _head(start)
+        if head is not None:
+            if head["owner"] != stored_owner(owner):
+                return None
+            dictionaries = _loaded.find(bytes.fromhex(head["digest"]))
+            if dictionaries is not None:
+                return _from_head(head, dictionaries, owner)
+        value = await self.store.run(lambda r: r.get(name))
+        if value is None:
+            return None
+        head, dictionaries, older = await asyncio.to_thread(_read, value)
+        # A value written before owners were stored hashed holds its owner's key as it is.
+        if head["owner"] not in (stored_owner(owner), owner if older else None):
+            return None
+        glossary = _from_head(head, dictionaries, owner)
+        if older:  # written again in this layout, unless it was changed since it was read
+            rewritten, content, read = await asyncio.to_thread(_rewritten, glossary, value)
+            await self.store.script(_REWRITE, [name], [read, rewritten])
+            _loaded.put(content, dictionaries)
         return glossary
 
     async def list(self, owner: str = "") -> list[Glossary]:
-        ids = sorted(await self.store.run(lambda r: r.smembers(self._owned(owner))))
-        if not ids:
-            return []
-        values = await self.store.run(lambda r: r.mget([self._name(i.decode()) for i in ids]))
-        found = [_from_record(json.loads(value), owner) for value in values if value is not None]
+        ids = await self.store.run(lambda r: r.smembers(self._owned(owner)))
+        found = await asyncio.gather(*(self.get(i.decode(), owner) for i in ids))
         return sorted((g for g in found if g is not None), key=lambda g: g.creation_time)
 
     async def count(self, owner: str = "") -> int:
@@ -322,20 +355,66 @@ class SharedGlossaryStore:
         pass
 
 
-def _record(glossary: Glossary) -> str:
-    return json.dumps({"glossary_id": glossary.glossary_id, "name": glossary.name,
-                       "dictionaries": json.loads(_dump(glossary.dictionaries)),
-                       "creation_time": glossary.creation_time,
+# The bytes of a stored value read on each use: its head (``_record``), about 250 bytes and
+# its glossary's name. A head that does not fit (a name of thousands of characters) is
+# found by reading the value whole, on each use.
+_HEAD_BYTES = 4096
+_HEAD_START = '{"digest": "'  # how a value with a head starts
+# Where a value's head ends and its entries start: the head is JSON on one line (JSON
+# escapes a line break inside a string), the entries start with one.
+_ENTRIES_START = ', "dictionaries": [\n'
+# A value of an older layout written again in this one, if it is still what was read (its
+# SHA-1 the same): not over a change another replica made meanwhile.
+_REWRITE = """
+if redis.sha1hex(redis.call('GET', KEYS[1]) or '') == ARGV[1] then
+  return redis.call('SET', KEYS[1], ARGV[2], 'XX')
+end
+return false
+"""
+
+
+def _record(glossary: Glossary) -> tuple[bytes, bytes]:
+    """The value stored for ``glossary`` (encoded here, in the caller's thread, rather than
+    by the client on the event loop), and the digest of its entries' content (the
+    dictionaries' key in ``_loaded``)."""
+    dumped = _dump(glossary.dictionaries)
+    content = _content_digest(dumped)
+    head = json.dumps({"digest": content.hex(), "glossary_id": glossary.glossary_id,
+                       "name": glossary.name, "creation_time": glossary.creation_time,
                        "owner": stored_owner(glossary.owner)}, ensure_ascii=False)
+    return f"{head[:-1]}{_ENTRIES_START[:-2]}{dumped}}}".encode(), content
 
 
-def _from_record(record: dict, owner: str) -> Glossary | None:
-    """The glossary of a stored ``record``, when ``owner`` owns it (stored hashed, or as
-    written before owners were)."""
-    if record["owner"] not in (stored_owner(owner), owner):
-        return None
-    return _glossary((record["glossary_id"], record["name"], json.dumps(record["dictionaries"]),
-                      record["creation_time"], record["owner"]), owner)
+def _rewritten(glossary: Glossary, value: bytes) -> tuple[bytes, bytes, str]:
+    """``_record(glossary)``, and the SHA-1 of ``value``, what was read of it."""
+    return *_record(glossary), hashlib.sha1(value).hexdigest()
+
+
+def _head(start: bytes) -> dict | None:
+    """The head of a value from its first ``_HEAD_BYTES``; None for a value without one, or
+    whose head is longer."""
+    text = start.decode("utf-8", errors="ignore")  # a character cut at the end dropped
+    end = text.find(_ENTRIES_START)
+    return json.loads(text[:end] + "}") if text.startswith(_HEAD_START) and end > 0 else None
+
+
+def _read(value: bytes) -> tuple[dict, dict[Pair, dict[str, str]], bool]:
+    """A whole value's head (or, of an older layout, its record), its dictionaries, and
+    whether it is of an older layout (read in one json.loads, which holds the GIL for a
+    fifth of a second for 100,000 entries: once, as it is then written again)."""
+    text = value.decode()
+    end = text.find(_ENTRIES_START)
+    if text.startswith(_HEAD_START) and end > 0:
+        dictionaries = _loaded.get(text[end + len(_ENTRIES_START) - 2:-1])
+        return json.loads(text[:end] + "}"), dictionaries, False
+    record = json.loads(text)
+    return record, {(d["source_lang"], d["target_lang"]): d["entries"]
+                    for d in record["dictionaries"]}, True
+
+
+def _from_head(head: dict, dictionaries: dict[Pair, dict[str, str]], owner: str) -> Glossary:
+    return Glossary(head["glossary_id"], head["name"], dictionaries, head["creation_time"],
+                    owner)
 
 
 # Entries per json.dumps or json.loads while a stored dictionary is written or read back
@@ -356,12 +435,14 @@ def _dump(dictionaries: dict[Pair, dict[str, str]]) -> str:
     for number, ((source, target), entries) in enumerate(dictionaries.items()):
         head = json.dumps({"source_lang": source, "target_lang": target}, ensure_ascii=False)
         lines.append(("," if number else "") + head[:-1] + ', "entries": {')
-        items = list(entries.items())
         # _LOAD_LINES entries per json.dumps, an entry a line: a line break never occurs
-        # inside a JSON string, so ",\n" separates entries and nothing else.
-        chunks = [json.dumps(dict(items[at:at + _LOAD_LINES]), ensure_ascii=False,
-                             separators=(",\n", ": "))[1:-1]
-                  for at in range(0, len(items), _LOAD_LINES)]
+        # inside a JSON string, so ",\n" separates entries and nothing else. Taken from the
+        # entries as they go: a list of all 100,000 (source, target) tuples would be as many
+        # objects for the garbage collector, whose full pass then held the GIL for 60 ms.
+        items = iter(entries.items())
+        chunks = []
+        while part := dict(itertools.islice(items, _LOAD_LINES)):
+            chunks.append(json.dumps(part, ensure_ascii=False, separators=(",\n", ": "))[1:-1])
         if chunks:
             lines.append(",\n".join(chunks))
         lines.append("}}")
@@ -411,24 +492,38 @@ class _Recent(Generic[K, V]):
 
 
 class _Loaded:
-    """Dictionaries read from stored JSON, by the JSON's digest, the least recently used
-    dropped: a glossary used by every request is read from its row once per content, not
-    once a request (100,000 entries: 0.3 s of CPU)."""
+    """Dictionaries read from stored JSON, by the digest of the JSON (``_content_digest``),
+    the least recently used dropped: a glossary used by every request is read from its row
+    or value once per content, not once a request (100,000 entries: 0.3 s of CPU)."""
 
     def __init__(self, size: int) -> None:
         self._done: _Recent[bytes, dict[Pair, dict[str, str]]] = _Recent(size)
         self._lock = threading.Lock()
 
     def get(self, text: str) -> dict[Pair, dict[str, str]]:
-        # hashlib hands the GIL on while it digests a large text.
-        key = hashlib.blake2b(text.encode(), digest_size=16).digest()
-        with self._lock:
-            found = self._done.get(key)
+        """The dictionaries ``text`` (``_dump``'s JSON) holds, read from it unless held."""
+        key = _content_digest(text)
+        found = self.find(key)
         if found is None:
             found = _load(text)
-            with self._lock:
-                self._done.put(key, found)
-        return dict(found)  # the dictionaries' mapping is the caller's to change
+            self.put(key, found)
+        return found
+
+    def find(self, key: bytes) -> dict[Pair, dict[str, str]] | None:
+        """The dictionaries of the JSON whose digest is ``key``, when held."""
+        with self._lock:
+            found = self._done.get(key)
+        return None if found is None else dict(found)  # the mapping is the caller's to change
+
+    def put(self, key: bytes, dictionaries: dict[Pair, dict[str, str]]) -> None:
+        """Hold ``dictionaries``, whose JSON's digest is ``key`` (just written)."""
+        with self._lock:
+            self._done.put(key, dict(dictionaries))
+
+
+def _content_digest(text: str) -> bytes:
+    # hashlib hands the GIL on while it digests a large text.
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 _loaded = _Loaded(8)  # as many as compiled glossaries are kept (_CACHED_TERMS)

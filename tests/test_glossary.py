@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import sqlite3
 import time
@@ -40,6 +41,68 @@ def test_entries_are_read_from_tsv_and_csv_as_deepl_sends_them() -> None:
         parse_entries("a\tb\nc\td\n", max_entries=1)
     with pytest.raises(GlossaryError, match="tsv or csv"):
         parse_entries("a\tb", "xlsx")
+
+
+def _large_bodies() -> list[tuple[str, str]]:
+    """(what, body) of /translate bodies with a glossary of thousands of entries: valid ones
+    with terms that look like the JSON around them, and ones each wrong in one place."""
+    entries = {f"term {n}": f"Begriff {n}" for n in range(4000)}
+    # Terms holding '",' throughout: where the parts are cut is often guessed inside one.
+    awkward = {(f'say "hi", {n}' if n % 7 else f"a\\\", {n}"): f'sag "hallo", {n} }}{{'
+               for n in range(4000)}
+    awkward.update({"glossary": "Glossar", '"glossary": {': "é ✓ \u2028"})
+
+    def body(glossary: dict[str, str], **fields: object) -> str:
+        return json.dumps({"text": "Hello.", "target_lang": "de", "glossary": glossary,
+                           **fields})
+
+    plain = body(entries)
+    return [
+        ("plain", plain),
+        ("awkward terms", body(awkward)),
+        ("not ASCII-escaped, indented", json.dumps({"glossary": awkward, "text": ["a", "b"]},
+                                                   ensure_ascii=False, indent=2)),
+        ("glossary in a text", body(entries, text='the "glossary": {"a": "b"} field')),
+        ("a term given twice", plain.replace('"term 3999"', '"term 7": "again", "term 3999"')),
+        ("empty glossary, long text", body({}, text="word " * 20_000)),
+        ("a number for a term", plain.replace('"Begriff 3000"', "3000")),
+        ("an object for a term", plain.replace('"Begriff 3000"', '{"a": "b"}')),
+        ("a lone surrogate", plain.replace("Begriff 3000", "Begriff \\ud800")),
+        ("a bad escape", plain.replace("Begriff 3000", "Begriff \\q")),
+        ("a trailing comma", plain.replace('"Begriff 3999"}', '"Begriff 3999",}')),
+        ("glossary twice", plain[:-1] + ', "glossary": null}'),
+        ("glossary twice, null first", plain.replace('"glossary": {',
+                                                     '"glossary": null, "glossary": {')),
+        ("an unknown field after it", plain[:-1] + ', "beamsize": 2}'),
+        ("a wrong field before it", body(entries, beam_size="4")),
+        ("unterminated", plain[:-1]),
+    ]
+
+
+@pytest.mark.parametrize(("what", "body"), _large_bodies(), ids=[w for w, _ in _large_bodies()])
+def test_a_large_inline_glossary_is_read_as_one_pydantic_call_reads_it(what: str,
+                                                                      body: str) -> None:
+    """A large body's glossary is validated a part at a time (so that the thread parsing it
+    hands the GIL on); the request, or the errors, are those of one call over the body."""
+    from pydantic import ValidationError
+
+    from service.api.schemas import TranslateRequest, translate_request
+
+    def read(parse: Callable[[str], TranslateRequest]) -> tuple[Any, ...]:
+        try:
+            request = parse(body)
+        except ValidationError as exc:
+            return ("errors", exc.errors(include_url=False))
+        return ("request", request, list(request.glossary or {}))  # the terms' order too
+
+    assert read(translate_request) == read(TranslateRequest.model_validate_json)
+
+
+def test_a_large_inline_glossary_is_validated_in_parts() -> None:
+    from service.api.schemas import _parted
+
+    for what, body in _large_bodies()[:5]:
+        assert _parted(body) is not None, what
 
 
 # -- matching --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from service.glossary import SharedGlossaryStore
-from service.shared_state import StateStore
+from service.shared_state import StateStore, stored_owner
 from tests.test_glossary import KEY_ONE, KEY_TWO, glossaries_belong_to_their_key
 from tests.test_server import ROOT, ServerProcess, fake_server, free_port, served_samples
 
@@ -224,6 +224,55 @@ def test_a_glossary_and_a_document_made_on_one_replica_are_read_on_the_other(
     assert httpx.get(url).status_code == 404  # once
 
 
+def sent_by(redis_server: Redis) -> int:
+    """The bytes Redis has sent its clients since it started."""
+    import redis
+
+    return int(redis.Redis(port=redis_server.port).info("stats")["total_net_output_bytes"])
+
+
+def test_a_stored_glossary_is_read_once_per_replica_and_a_change_reaches_the_other(
+        pair: tuple[ServerProcess, ServerProcess], redis_server: Redis) -> None:
+    """A use of a stored glossary reads a few kB from Redis (whose glossary, which content);
+    its entries only where the replica has not read that content yet: once on B, never on
+    A, which wrote them. A dictionary replaced on A is what B applies next, and entries
+    merged into it on B are what A applies next."""
+    a, b = pair
+    auth = {"Authorization": "DeepL-Auth-Key k4"}
+    entries = "\n".join(f"term{n} word\tBegriff{n}" for n in range(20_000)) + "\ncat\tKatze"
+    made = httpx.post(a.url + "/v3/glossaries", headers=auth, timeout=30, json={
+        "name": "large", "dictionaries": [{"source_lang": "en", "target_lang": "de",
+                                           "entries": entries, "entries_format": "tsv"}]})
+    assert made.status_code == 201, made.text
+    glossary_id = made.json()["glossary_id"]
+
+    def translated(server: ServerProcess) -> str:
+        answer = httpx.post(server.url + "/v2/translate", headers=auth, timeout=30, data={
+            "text": "the cat", "source_lang": "EN", "target_lang": "DE",
+            "glossary_id": glossary_id})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["translations"][0]["text"]
+
+    read = []
+    for server in (b, b, a):
+        before = sent_by(redis_server)
+        assert translated(server) == "THE Katze"
+        read.append(sent_by(redis_server) - before)
+    assert read[0] > len(entries)  # B read the glossary
+    assert max(read[1:]) < len(entries) / 20, read  # and then only what says it is current
+
+    replaced = httpx.put(f"{a.url}/v3/glossaries/{glossary_id}/dictionaries", headers=auth,
+                         json={"source_lang": "en", "target_lang": "de",
+                               "entries": "cat\tKater", "entries_format": "tsv"})
+    assert replaced.status_code == 200, replaced.text
+    assert translated(b) == "THE Kater"
+    merged = httpx.patch(f"{b.url}/v3/glossaries/{glossary_id}", headers=auth, json={
+        "dictionaries": [{"source_lang": "en", "target_lang": "de", "entries": "cat\tMieze",
+                          "entries_format": "tsv"}]})
+    assert merged.status_code == 200, merged.text
+    assert translated(a) == "THE Mieze"
+
+
 def test_a_document_whose_replica_dies_reads_as_failed_on_the_other(
         tmp_path: Path, redis_server: Redis) -> None:
     """Its replica renews a lease while it translates (every third of DOCUMENT_LEASE_S);
@@ -310,6 +359,43 @@ def test_a_shared_glossary_stored_with_its_owners_key_is_read_and_the_key_remove
             held = await store.run(lambda r: r.get(glossaries._name(glossary_id)))
             assert KEY_ONE.encode() not in held and b"Apfel" in held
             assert await glossaries.delete(glossary_id, KEY_ONE)
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+def test_a_shared_glossary_of_the_previous_layout_is_read_and_written_again(
+        redis_server: Redis) -> None:
+    """A value as the version before it wrote one (the whole glossary as one JSON object) is
+    read, then written again in the current layout, after which a use reads only a few kB;
+    a value in the current layout is still the JSON object that version reads, so replicas
+    of both read each other's glossaries while an upgrade rolls out."""
+    glossary_id = "0b6f1c7e-3d2a-4f5b-9c8d-7e6f5a4b3c2d"
+    entries = {f"term {n}": f"Begriff {n} ü" for n in range(5000)}
+    previous = {"glossary_id": glossary_id, "name": "previous",
+                "dictionaries": [{"source_lang": "en", "target_lang": "de",
+                                  "entries": entries}],
+                "creation_time": "2026-01-01T00:00:00.000Z", "owner": stored_owner(KEY_ONE)}
+    record = json.dumps(previous, ensure_ascii=False)
+
+    async def check() -> None:
+        store = StateStore(redis_server.url)
+        try:
+            glossaries = SharedGlossaryStore(store)
+            name = glossaries._name(glossary_id)
+            await store.run(lambda r: r.set(name, record))
+            await store.run(lambda r: r.sadd(glossaries._owned(KEY_ONE), glossary_id))
+            assert await glossaries.get(glossary_id, KEY_TWO) is None
+            got = await glossaries.get(glossary_id, KEY_ONE)
+            assert got is not None and got.name == "previous"
+            assert got.dictionaries == {("en", "de"): entries}
+            before = sent_by(redis_server)
+            assert await glossaries.get(glossary_id, KEY_ONE) == got
+            assert sent_by(redis_server) - before < len(record) / 20
+            # What the previous version reads of the value now held.
+            held = json.loads(await store.run(lambda r: r.get(name)))
+            assert {key: held[key] for key in previous} == previous
         finally:
             await store.close()
 

@@ -26,6 +26,7 @@ from service.api.schemas import (
     TranslateRequest,
     TranslateResponse,
     TranslationResult,
+    translate_request,
 )
 from service.api.uploads import document_request, download
 from service.documents import DONE, DocumentJob
@@ -291,7 +292,7 @@ def _parse(body: bytes) -> PipelineRequest:
                             f"Body is not valid UTF-8 (byte {exc.start}).") from None
     try:
         # A leading byte-order mark is tolerated, as RFC 8259 allows.
-        payload = TranslateRequest.model_validate_json(text.removeprefix("\ufeff"))
+        payload = translate_request(text.removeprefix("\ufeff"))
     except ValidationError as exc:
         error = from_validation_errors(exc.errors())
         raise PipelineError(error.code, error.message, error.field) from None

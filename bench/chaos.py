@@ -1022,7 +1022,7 @@ def serve_with_faults() -> None:
     fail every decoder step while POISON, or one of POISONS, is in the batch, and every step
     while the file named by OUTAGE_FILE exists (a test mode: tests/faults.py)."""
     from service.loading import default_engine
-    from service.main import create_app, server_for
+    from service.main import serve
     from service.settings import Settings
     from tests.faults import Faults, FaultyEngine
 
@@ -1037,7 +1037,9 @@ def serve_with_faults() -> None:
         faults.poisons = {tuple(engine.tokenize(s)) for s in POISONS}
         return FaultyEngine(engine, faults)
 
-    server_for(create_app(settings, engine_factory=factory), settings).run()
+    # ``serve``, as translate-serve runs: its allocator settings too (MALLOC_MMAP_THRESHOLD_KB),
+    # without which the documents phase alone peaked at 1,184 MiB against 575.
+    serve(settings, factory)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from service.allocator import fix_mmap_threshold, numpy_hugepages
 from service.api import deepl, deepl_documents, deepl_glossaries, libretranslate, native, page
 from service.api.private import PrivateRoutesMiddleware
+from service.collector import freeze_survivors
 from service.connections import (
     BodyDeadlineMiddleware,
     CloseWhenStoppingMiddleware,
@@ -66,6 +67,7 @@ async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
             translator.shared_cache = SharedTier(state.store, state.settings.shared_cache_entries,
                                                  state.settings.shared_cache_ttl_s, state.metrics)
         await translator.warm_up()
+        freeze_survivors()  # the loaded models' objects, out of the collector's passes
     except Exception as exc:
         log.exception("loading the models failed")
         state.error = f"{type(exc).__name__}: {exc}"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.bundle import Bundle, load_bundle
+from service.collector import collect_all
 from service.engine import Engine
 from service.loading import EngineFactory, Pair, bundle_dirs, pair_label
 from service.metrics import Metrics
@@ -231,7 +231,7 @@ class Residency:
                 # cyclic collector frees: without this its sessions stayed resident until the
                 # collector happened to run (+28 MiB per load of en-de, bench/many_pairs.py).
                 # One the worker still holds from its last batch goes at the next load.
-                gc.collect()
+                collect_all()
             started = time.monotonic()
             quiet = self._quiet()
             before = rss_megabytes()

@@ -54,6 +54,11 @@ log = logging.getLogger("service")
 # uvicorn cancels whatever is left (CancelledRequestMiddleware answers it with 503).
 SHUTDOWN_BACKSTOP_S = 2
 EXIT_FAILED = 3  # loading or the workers failed beyond repair: a restart policy should act
+# How long a thread running Python keeps the GIL while another waits for it (Python's default
+# 5 ms). The event loop waits that long for each GIL it gives up at a socket call while a thread
+# parses or checks (a large inline glossary): at 5 ms /health took up to 160-190 ms in
+# bench/chaos.py's glossary phase, at 1 ms at most 96, with the same throughput.
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 async def start_serving(state: ServiceState, factory: EngineFactory) -> None:
@@ -274,6 +279,7 @@ def serve(settings: Settings, engine_factory: EngineFactory = default_engine) ->
     repair."""
     fix_mmap_threshold(settings.malloc_mmap_threshold_kb)  # before any worker thread
     numpy_hugepages(settings.numpy_hugepages)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     server = server_for(create_app(settings, engine_factory=engine_factory), settings)
     server.run()
     if server.service_state.failed_beyond_repair:

@@ -29,8 +29,6 @@ class TranslateOptions:
     format: str = "text"  # "text" | "html"
     return_sentences: bool = False  # each sentence with its source, as a reader aligns them
     ignore_tags: tuple[str, ...] = ()  # html: elements whose text is left as it is
-    inline_tags: tuple[str, ...] = ()  # html: elements inline besides HTML's (XLIFF's codes)
-    attributes: tuple[str, ...] = ()  # html: attributes whose values are text (a page's alt)
     # A glossary's terms (service.glossary): each comes out as its target term.
     glossary: Terms | None = field(default=None, compare=False)
 

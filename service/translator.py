@@ -336,9 +336,7 @@ class Translator:
         # (50,000 characters: 1.2 s), stalling every other request and the health probes.
         large = sum(map(len, texts)) > _INLINE_CHARS
         documents = await _off_loop(large, lambda: [
-            markup.parse(text, attributes=options.attributes, ignore=options.ignore_tags,
-                         inline=options.inline_tags)
-            for text in texts])
+            markup.parse(text, ignore=options.ignore_tags) for text in texts])
         segments = markup.segments_of(documents)
         plain = dataclasses.replace(options, format="text", num_alternatives=0,
                                     return_scores=False, return_sentences=False)

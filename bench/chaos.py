@@ -917,6 +917,12 @@ async def run(args: argparse.Namespace, url: str, server: Server | None) -> None
                     await asyncio.to_thread(own.stop)
 
 
+def own_client(own: Server, args: argparse.Namespace) -> aiohttp.ClientSession:
+    """A session for a phase's server of its own, with the client timeout."""
+    return aiohttp.ClientSession(own.url,
+                                 timeout=aiohttp.ClientTimeout(total=args.client_timeout))
+
+
 async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
                     server: Server | None, own: Server | None, texts: list[str],
                     sentences: list[str], rate: float | None):
@@ -932,8 +938,7 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
         return await slow(client, url, texts, args.seconds, args.idle, args.trickling)
     if phase == "html":
         assert own is not None
-        timeout = aiohttp.ClientTimeout(total=args.client_timeout)
-        async with aiohttp.ClientSession(own.url, timeout=timeout) as html_client:
+        async with own_client(own, args) as html_client:
             return await html(html_client, own.url, sentences, args.seconds)
     if phase == "untranslatables":
         return await untranslatables(client, args.seconds, args.item_clients)
@@ -951,9 +956,8 @@ async def run_phase(phase: str, args: argparse.Namespace, client, url: str,
                                args.document_chars, args.document_timeout)
     if phase == "hostile":
         assert own is not None
-        timeout = aiohttp.ClientTimeout(total=args.client_timeout)
-        async with aiohttp.ClientSession(own.url, timeout=timeout) as own_client:
-            return await hostile(own_client, own.url, own, args.document_limit)
+        async with own_client(own, args) as hostile_client:
+            return await hostile(hostile_client, own.url, own, args.document_limit)
     if phase == "glossary":
         return await glossary(client, url, texts, args.seconds)
     assert server is not None
